@@ -8,7 +8,6 @@ resource, so a CPU run starts Ray with a fake ``num_gpus`` (the demo and the rec
 
 from __future__ import annotations
 
-import os
 import types
 from contextlib import contextmanager, nullcontext
 from typing import Any, Optional
@@ -17,13 +16,6 @@ import psutil
 import torch
 
 from verl.plugin.platform import PlatformBase, PlatformRegistry
-
-CPU_ENV_FLAG = "EDGE_VERL_CPU"
-
-
-def cpu_backend_requested() -> bool:
-    return os.environ.get(CPU_ENV_FLAG, "").strip().lower() in {"1", "true", "yes", "on"}
-
 
 def _build_device_module() -> types.ModuleType:
     """``torch.cpu`` plus the accelerator calls verl makes on its device module, as no-ops."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from edge_verl.integration.cpu_platform import CPU_ENV_FLAG, cpu_backend_requested
+from edge_verl.integration.cpu_overrides import CPU_ENV_FLAG, cpu_backend_requested
 
 REGISTERED: dict[str, list[str]] = {"estimators": [], "rollouts": [], "platforms": [], "agent_loops": []}
 

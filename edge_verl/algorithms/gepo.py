@@ -1,0 +1,198 @@
+"""Group Entropy-Controlled Policy Optimization (GEPO, arXiv 2607.16850, Eqs. 4, 7, 8, 9). Pure torch.
+
+Shape legend: B responses, T response tokens, P groups.
+
+Differs from GRPO:
+- a group entropy H_g is estimated from the old policy (Eq. 4: token-pooled sampled-token NLL);
+- adaptive thresholds H_low/H_high come from the batch's group-entropy mean/std (Eq. 8), smoothed by an
+  EMA across steps (Eq. 9) -- training state, see ``GepoThresholds``;
+- positive advantages in confident groups (H_g < H_low) are scaled by alpha_low, negative advantages in
+  uncertain groups (H_g > H_high) by alpha_high; everything else is unchanged (Eq. 7).
+The GRPO advantage A_i itself and the policy loss are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from edge_verl.algorithms.group_stats import group_sum
+
+GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
+
+
+def compute_group_entropy(
+    token_values: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    *,
+    estimator: str = "token_pooled",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group entropy H_g (P,) and which groups have any token (P,) bool.
+
+    token_values (B, T): old_log_probs of the sampled tokens for "token_pooled"/"response_mean"
+    (the entropy estimate is their negation), per-token entropy for "token_entropy".
+    - token_pooled (Eq. 4): sum of NLL over the group's tokens / number of the group's tokens;
+    - response_mean: mean over the group's responses of each response's mean NLL;
+    - token_entropy: token-pooled exact entropy instead of the sampled-token NLL.
+    """
+    if estimator not in GROUP_ENTROPY_ESTIMATORS:
+        raise ValueError(f"group entropy estimator {estimator!r}; allowed: {GROUP_ENTROPY_ESTIMATORS}")
+    values = torch.nan_to_num(token_values.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    per_token = values if estimator == "token_entropy" else -values
+    mask = response_mask.to(torch.float32) * valid.to(torch.float32)[:, None]
+    row_tokens = mask.sum(dim=-1)
+    row_total = (per_token * mask).sum(dim=-1)
+    if estimator == "response_mean":
+        has_tokens = row_tokens > 0
+        row_mean = row_total / row_tokens.clamp(min=1.0)
+        responses = group_sum(has_tokens.float(), group_index, num_groups)
+        entropy = group_sum(row_mean * has_tokens.float(), group_index, num_groups) / responses.clamp(min=1.0)
+        return entropy, responses > 0
+    tokens = group_sum(row_tokens, group_index, num_groups)
+    entropy = group_sum(row_total, group_index, num_groups) / tokens.clamp(min=1.0)
+    return entropy, tokens > 0
+
+
+def batch_entropy_stats(group_entropy: torch.Tensor, group_valid: torch.Tensor) -> tuple[float, float]:
+    """(mu, sigma) over the step's valid groups; sigma is the population std (ddof = 0)."""
+    values = group_entropy[group_valid]
+    if values.numel() == 0:
+        return 0.0, 0.0
+    mean = values.mean()
+    return float(mean), float(((values - mean) ** 2).mean().sqrt())
+
+
+def candidate_thresholds(mu: float, sigma: float, beta_low: float, beta_high: float) -> tuple[float, float]:
+    """Eq. 8: (mu - beta_low * sigma, mu + beta_high * sigma)."""
+    return mu - beta_low * sigma, mu + beta_high * sigma
+
+
+class GepoThresholds:
+    """EMA-smoothed entropy thresholds (Eq. 9), the only cross-step state of GEPO.
+
+    ``update`` moves the thresholds towards this step's candidates: H <- (1 - gamma) H + gamma H_hat, with
+    the first update seeding H = H_hat (``init="first_batch"``, default) or starting from 0 (``init="zero"``).
+    Save it with ``state_dict()`` and restore with ``load_state_dict()``.
+    """
+
+    INITS = ("first_batch", "zero")
+
+    def __init__(self, gamma: float = 0.01, init: str = "first_batch"):
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma={gamma!r} must be in (0, 1]")
+        if init not in self.INITS:
+            raise ValueError(f"init={init!r}; allowed: {self.INITS}")
+        self.gamma = float(gamma)
+        self.init = init
+        self.h_low = 0.0
+        self.h_high = 0.0
+        self.num_updates = 0
+
+    @property
+    def initialized(self) -> bool:
+        return self.num_updates > 0 or self.init == "zero"
+
+    def update(self, candidate_low: float, candidate_high: float) -> None:
+        if self.num_updates == 0 and self.init == "first_batch":
+            self.h_low, self.h_high = float(candidate_low), float(candidate_high)
+        else:
+            self.h_low = (1.0 - self.gamma) * self.h_low + self.gamma * float(candidate_low)
+            self.h_high = (1.0 - self.gamma) * self.h_high + self.gamma * float(candidate_high)
+        self.num_updates += 1
+
+    def state_dict(self) -> dict:
+        return {"h_low": self.h_low, "h_high": self.h_high, "num_updates": self.num_updates, "gamma": self.gamma, "init": self.init}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = {"h_low", "h_high", "num_updates"} - set(state)
+        if missing:
+            raise KeyError(f"GEPO threshold state lacks {sorted(missing)}")
+        self.h_low = float(state["h_low"])
+        self.h_high = float(state["h_high"])
+        self.num_updates = int(state["num_updates"])
+
+    def __repr__(self) -> str:
+        return f"GepoThresholds(h_low={self.h_low:.6g}, h_high={self.h_high:.6g}, num_updates={self.num_updates})"
+
+
+def shape_advantages(
+    outcome_advantages: torch.Tensor,
+    row_group_entropy: torch.Tensor,
+    h_low: float,
+    h_high: float,
+    alpha_low: float,
+    alpha_high: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 7 on outcome advantages (B,). Returns (shaped (B,), positive attenuated (B,) bool, negative
+    attenuated (B,) bool). Inequalities are strict; A = 0 is untouched."""
+    positive = (outcome_advantages > 0) & (row_group_entropy < h_low)
+    negative = (outcome_advantages < 0) & (row_group_entropy > h_high)
+    shaped = torch.where(positive, alpha_low * outcome_advantages, outcome_advantages)
+    shaped = torch.where(negative, alpha_high * outcome_advantages, shaped)
+    return shaped, positive, negative
+
+
+@dataclass(frozen=True)
+class GepoResult:
+    """advantages (B, T); outcome/shaped (B,); group_entropy (P,); thresholds used; attenuation masks (B,)."""
+
+    advantages: torch.Tensor
+    outcome_advantages: torch.Tensor
+    shaped_outcome_advantages: torch.Tensor
+    group_entropy: torch.Tensor
+    group_valid: torch.Tensor
+    h_low: float
+    h_high: float
+    positive_attenuated: torch.Tensor
+    negative_attenuated: torch.Tensor
+
+
+def compute_gepo_advantages(
+    outcome_advantages: torch.Tensor,
+    entropy_source: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    thresholds: GepoThresholds,
+    *,
+    alpha_low: float = 0.5,
+    alpha_high: float = 0.2,
+    beta_low: float = 0.2,
+    beta_high: float = 0.3,
+    estimator: str = "token_pooled",
+    order: str = "update_then_apply",
+    update_state: bool = True,
+) -> GepoResult:
+    """GEPO shaping of GRPO advantages.
+
+    outcome_advantages (B,): GRPO A_i; entropy_source (B, T): old_log_probs (or token entropy for
+    estimator="token_entropy"); response_mask (B, T); valid (B,) rows taking part in statistics.
+    ``thresholds`` is updated in place when ``update_state`` (never during validation). ``order``:
+    "update_then_apply" (default) shapes with the thresholds after this step's EMA update,
+    "apply_then_update" with the previous ones (the first step then seeds and applies).
+    """
+    group_entropy, group_valid = compute_group_entropy(
+        entropy_source, response_mask, group_index, num_groups, valid, estimator=estimator
+    )
+    candidates = candidate_thresholds(*batch_entropy_stats(group_entropy, group_valid), beta_low, beta_high)
+    has_groups = bool(group_valid.any())
+    if order == "apply_then_update" and thresholds.num_updates > 0:
+        h_low, h_high = thresholds.h_low, thresholds.h_high
+        if update_state and has_groups:
+            thresholds.update(*candidates)
+    else:
+        if update_state and has_groups:
+            thresholds.update(*candidates)
+        h_low, h_high = (thresholds.h_low, thresholds.h_high) if thresholds.num_updates > 0 else candidates
+    row_entropy = group_entropy[group_index]
+    shaped, positive, negative = shape_advantages(outcome_advantages, row_entropy, h_low, h_high, alpha_low, alpha_high)
+    shaped = torch.where(valid, shaped, torch.zeros_like(shaped))
+    advantages = shaped[:, None] * response_mask.to(shaped.dtype)
+    return GepoResult(
+        advantages, outcome_advantages, shaped, group_entropy, group_valid, h_low, h_high, positive & valid, negative & valid
+    )

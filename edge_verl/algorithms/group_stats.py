@@ -1,0 +1,104 @@
+"""Vectorised per-group statistics over verl's ``uid`` groups (pure torch, no verl import).
+
+Shape legend: B responses in the batch, T response tokens, P groups (prompts).
+- ``group_index`` (B,) long in [0, P): which group each response belongs to.
+- ``valid`` (B,) bool: rows that take part in statistics. verl's v1 batch balancing appends padding
+  rows (uid "pad...", all-zero response_mask); they are excluded everywhere and get advantage 0.
+
+Every reduction is a ``scatter_add``/``index_add`` over ``group_index``: no Python loop over samples or
+groups, so cost is O(B*T) and runs on whatever device the tensors are on.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+PAD_UID_PREFIX = "pad"
+
+
+def group_index_from_uids(uids: Sequence | np.ndarray) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """uids (B,) -> (group_index (B,) long, num_groups P, is_pad (B,) bool).
+
+    Group ids follow first appearance, so a permutation of the batch permutes nothing but the rows.
+    """
+    uid_array = np.asarray(uids, dtype=object).astype(str)
+    _, first_index, inverse = np.unique(uid_array, return_index=True, return_inverse=True)
+    # Renumber groups by first appearance (np.unique sorts lexicographically).
+    order = np.argsort(np.argsort(first_index, kind="stable"), kind="stable")
+    group_index = torch.as_tensor(order[inverse.reshape(-1)], dtype=torch.long)
+    is_pad = torch.as_tensor(np.char.startswith(uid_array, PAD_UID_PREFIX), dtype=torch.bool)
+    return group_index, int(len(first_index)), is_pad
+
+
+def response_valid(response_mask: torch.Tensor, is_pad: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) bool: rows with at least one response token that are not padding rows."""
+    valid = response_mask.sum(dim=-1) > 0
+    if is_pad is not None:
+        valid = valid & ~is_pad.to(valid.device)
+    return valid
+
+
+def masked_response_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """values (B, T), response_mask (B, T) -> (B,) mean over each row's response tokens (0 for empty rows)."""
+    mask = response_mask.to(values.dtype)
+    return (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+
+
+def group_sum(values: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """values (B,) -> (P,) per-group sums."""
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_index, values)
+
+
+def group_mean_std(
+    scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group mean and unbiased std of ``scores`` over valid rows, as verl's GRPO defines them.
+
+    Returns (mean (P,), std (P,), count (P,)). A group with a single valid response has mean 0 and
+    std 1 (verl's convention: its advantage is its raw score); an empty group has mean 0, std 1.
+    """
+    weights = valid.to(scores.dtype)
+    count = group_sum(weights, group_index, num_groups)
+    total = group_sum(scores * weights, group_index, num_groups)
+    mean = total / count.clamp(min=1.0)
+    deviation = (scores - mean[group_index]) * weights
+    variance = group_sum(deviation * deviation, group_index, num_groups) / (count - 1.0).clamp(min=1.0)
+    single = count < 2
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(variance), variance.sqrt())
+    return mean, std, count
+
+
+def grpo_advantages(
+    scores: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> torch.Tensor:
+    """Outcome-level GRPO advantage (B,): (r_i - mean_g) / (std_g + epsilon), 0 on invalid rows.
+
+    Identical to verl's ``compute_grpo_outcome_advantage`` (before broadcasting over tokens) for the
+    same epsilon; ``norm_by_std=False`` is Dr.GRPO's mean-only variant.
+    """
+    mean, std, _ = group_mean_std(scores, group_index, num_groups, valid)
+    advantages = scores - mean[group_index]
+    if norm_by_std:
+        advantages = advantages / (std[group_index] + epsilon)
+    return torch.where(valid, advantages, torch.zeros_like(advantages))
+
+
+def zero_variance_group_fraction(
+    scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
+) -> float:
+    """Fraction of groups (with >= 2 valid responses) whose scores all tie: GRPO's advantage collapse."""
+    _, std, count = group_mean_std(scores, group_index, num_groups, valid)
+    multi = count >= 2
+    if not bool(multi.any()):
+        return 0.0
+    return float(((std == 0) & multi).sum() / multi.sum())

@@ -1,0 +1,65 @@
+"""``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (registration self-check), ``cpu-overrides``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    from edge_verl.demo.run import ALGORITHMS, TRAINERS
+
+    parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="train a tiny model with verl on CPU and plot the run")
+    demo.add_argument("--algorithm", choices=ALGORITHMS, default="grpo")
+    demo.add_argument("--steps", type=int, default=20)
+    demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
+    demo.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo_<algorithm>_<trainer>)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--lr", type=float, default=1e-3)
+    demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
+    demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
+    demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
+    commands.add_parser("doctor", help="check that import verl registers edge_verl's components")
+    commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        from edge_verl.integration.doctor import run_doctor
+
+        return run_doctor()
+    if args.command == "cpu-overrides":
+        from edge_verl.integration.cpu_overrides import CPU_OVERRIDES
+
+        print("\n".join(CPU_OVERRIDES))
+        return 0
+    from edge_verl.demo.run import DemoConfig, NotImplementedYet, run_demo
+
+    out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}"
+    try:
+        config = DemoConfig(
+            algorithm=args.algorithm,
+            steps=args.steps,
+            trainer=args.trainer,
+            out=out,
+            seed=args.seed,
+            lr=args.lr,
+            save_freq=args.save_freq,
+            resume=args.resume,
+            extra_overrides=list(args.overrides),
+        )
+        result = run_demo(config)
+    except (NotImplementedYet, ValueError) as error:
+        print(f"edge-verl demo: {error}", file=sys.stderr)
+        return 2
+    print(f"metrics: {result['metrics']}  plot: {result['plot']}  ({result['seconds']:.0f} s)")
+    return result["returncode"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

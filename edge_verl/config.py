@@ -1,0 +1,129 @@
+"""Validated configuration, one dataclass per feature. Defaults are the papers' values; every deviation
+from the papers or their reference code is a named option whose docstring line says why it exists.
+
+verl users set these under ``algorithm.edge_eda.*`` / ``algorithm.gepo.*`` (``+algorithm.gepo.alpha_low=0.5``
+on the command line, or without ``+`` through the Hydra config shipped in ``edge_verl/config/``).
+Errors name the bad key or value and the allowed ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Optional
+
+from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
+
+
+def _from_mapping(cls, values: Optional[Mapping[str, Any]]):
+    values = dict(values or {})
+    allowed = {field.name for field in fields(cls)}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+    return cls(**values)
+
+
+def _check_finite(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{owner}.{name}={value!r} must be a finite number")
+    if low is not None and value < low:
+        raise ValueError(f"{owner}.{name}={value!r} must be >= {low}")
+    if high is not None and value > high:
+        raise ValueError(f"{owner}.{name}={value!r} must be <= {high}")
+    return float(value)
+
+
+def _check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{owner}.{name}={value!r}; allowed: {list(allowed)}")
+
+
+@dataclass(frozen=True)
+class EdaConfig:
+    """Entropy-Driven Advantage (estimator ``edge_eda``).
+
+    std_epsilon: added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).
+    entropy_epsilon: guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most
+        this are left unscaled, so zero entropy never divides by zero.
+    ratio_clamp: optional [low, high] bound on P_hat; None (default) = the final reference code, which has no
+        clamp; the paper's first code version used [0.1, 10].
+    """
+
+    std_epsilon: float = 1e-4
+    entropy_epsilon: float = 1e-6
+    ratio_clamp: Optional[tuple[float, float]] = None
+
+    def __post_init__(self) -> None:
+        _check_finite("edge_eda", "std_epsilon", self.std_epsilon, low=0.0)
+        _check_finite("edge_eda", "entropy_epsilon", self.entropy_epsilon, low=0.0)
+        if self.entropy_epsilon <= 0:
+            raise ValueError(f"edge_eda.entropy_epsilon={self.entropy_epsilon!r} must be > 0")
+        if self.ratio_clamp is not None:
+            clamp = tuple(self.ratio_clamp)
+            if len(clamp) != 2:
+                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} must be [low, high] or null")
+            low = _check_finite("edge_eda", "ratio_clamp[0]", clamp[0])
+            high = _check_finite("edge_eda", "ratio_clamp[1]", clamp[1])
+            if not 0 < low < high:
+                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} needs 0 < low < high")
+            object.__setattr__(self, "ratio_clamp", (low, high))
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "EdaConfig":
+        return _from_mapping(cls, values)
+
+
+@dataclass(frozen=True)
+class GepoConfig:
+    """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``).
+
+    alpha_low: factor on positive advantages in confident groups (H_g < H_low); paper 0.5.
+    alpha_high: factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper
+        requires alpha_high < alpha_low (otherwise responses shrink: "length collapse").
+    beta_low, beta_high: threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.
+    gamma: EMA rate of the thresholds (Eq. 9); paper 0.01.
+    group_entropy: "token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or
+        "token_entropy" (exact per-token entropy instead of the sampled-token NLL).
+    ema_order: "update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".
+    ema_init: "first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9;
+        needs ~1/gamma steps to recover).
+    std_epsilon: epsilon of the unchanged GRPO advantage; verl's 1e-6.
+    resume_without_state: False (default) makes resuming from a checkpoint that lacks the thresholds an
+        error; True starts the thresholds afresh instead.
+    """
+
+    alpha_low: float = 0.5
+    alpha_high: float = 0.2
+    beta_low: float = 0.2
+    beta_high: float = 0.3
+    gamma: float = 0.01
+    group_entropy: str = "token_pooled"
+    ema_order: str = "update_then_apply"
+    ema_init: str = "first_batch"
+    std_epsilon: float = 1e-6
+    resume_without_state: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("alpha_low", "alpha_high"):
+            _check_finite("gepo", name, getattr(self, name), low=0.0, high=1.0)
+        for name in ("beta_low", "beta_high"):
+            _check_finite("gepo", name, getattr(self, name), low=0.0)
+        _check_finite("gepo", "gamma", self.gamma, low=0.0, high=1.0)
+        if self.gamma == 0:
+            raise ValueError("gepo.gamma=0 would freeze the thresholds forever; it must be in (0, 1]")
+        if not self.alpha_high < self.alpha_low:
+            raise ValueError(
+                f"gepo.alpha_high={self.alpha_high!r} must be < gepo.alpha_low={self.alpha_low!r}: the paper "
+                "attenuates negatives in uncertain groups more strongly, otherwise responses shrink (length collapse)"
+            )
+        _check_finite("gepo", "std_epsilon", self.std_epsilon, low=0.0)
+        _check_choice("gepo", "group_entropy", self.group_entropy, GROUP_ENTROPY_ESTIMATORS)
+        _check_choice("gepo", "ema_order", self.ema_order, ("update_then_apply", "apply_then_update"))
+        _check_choice("gepo", "ema_init", self.ema_init, GepoThresholds.INITS)
+        if not isinstance(self.resume_without_state, bool):
+            raise ValueError(f"gepo.resume_without_state={self.resume_without_state!r} must be true or false")
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
+        return _from_mapping(cls, values)

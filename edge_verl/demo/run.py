@@ -1,0 +1,231 @@
+"""``edge-verl demo``: a real verl ``main_ppo`` run of a tiny model on CPU, end to end.
+
+It builds the tiny model and byte-level tokenizer locally, writes the copy-a-digit training set, runs
+``python -m verl.trainer.main_ppo`` (verl's own entry point, as a subprocess, with the plugin's CPU
+backend), then turns verl's file log into ``metrics.jsonl`` (one object per training step), draws
+``metrics.png`` and prints a summary table. This module does not import verl: it only launches it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_verl.demo import task, tiny
+from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
+
+ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
+TRAINERS = ("v1", "legacy")
+IMPLEMENTED = {"grpo"}
+SUMMARY_KEYS = (
+    ("critic/score/mean", "reward"),
+    ("response_length/mean", "resp len"),
+    ("critic/advantages/max", "adv max"),
+    ("critic/advantages/min", "adv min"),
+    ("actor/entropy", "entropy"),
+)
+
+
+class NotImplementedYet(RuntimeError):
+    pass
+
+
+@dataclass
+class DemoConfig:
+    """Options of ``edge-verl demo`` (all validated in ``__post_init__``)."""
+
+    algorithm: str = "grpo"
+    steps: int = 20
+    trainer: str = "v1"
+    out: Path = Path("runs/demo")
+    seed: int = 0
+    lr: float = 1e-3
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
+    warm_start_steps: int = 150
+    save_freq: int = -1
+    resume: bool = False
+    extra_overrides: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
+        if self.trainer not in TRAINERS:
+            raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
+        for name in ("steps", "prompts_per_step", "responses_per_prompt"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
+        if self.responses_per_prompt < 2:
+            raise ValueError("responses_per_prompt must be >= 2: group-relative advantages need a group")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr!r} must be > 0")
+        self.out = Path(self.out)
+
+
+def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
+    """Tiny model (warm-started on the answer format) and train/val parquet under ``config.out``."""
+    model_dir = config.out / "model"
+    data_dir = config.out / "data"
+    if not (model_dir / "model.safetensors").exists():
+        tokenizer = tiny.build_tokenizer(model_dir)
+        model = tiny.build_model(tokenizer, seed=config.seed)
+        tiny.warm_start(model, tokenizer, task.prompts(), task.ANSWER_FORMAT, steps=config.warm_start_steps, seed=config.seed)
+        tiny.save(model, tokenizer, model_dir)
+    train = task.write_parquet(task.make_rows(4096, seed=config.seed, split="train"), data_dir / "train.parquet")
+    val = task.write_parquet(task.make_rows(32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
+    return {"model": model_dir, "train": train, "val": val}
+
+
+def algorithm_overrides(algorithm: str) -> list[str]:
+    if algorithm not in IMPLEMENTED:
+        raise NotImplementedYet(f"--algorithm {algorithm} is not implemented yet; available now: {sorted(IMPLEMENTED)}")
+    if algorithm == "grpo":
+        return ["algorithm.adv_estimator=grpo"]
+    if algorithm == "gepo":
+        return ["algorithm.adv_estimator=gepo"]
+    if algorithm == "edge_eda":
+        return ["algorithm.adv_estimator=edge_eda"]
+    return ["algorithm.adv_estimator=edge_eda", *gec_overrides()]
+
+
+def gec_overrides() -> list[str]:
+    from edge_verl.integration.gec_overrides import GEC_OVERRIDES
+
+    return list(GEC_OVERRIDES)
+
+
+def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
+    """The complete Hydra override list for verl's main_ppo."""
+    batch = config.prompts_per_step
+    rollouts = batch * config.responses_per_prompt
+    overrides = [
+        *algorithm_overrides(config.algorithm),
+        f"data.train_files={inputs['train']}",
+        f"data.val_files={inputs['val']}",
+        f"data.train_batch_size={batch}",
+        "data.max_prompt_length=64",
+        "data.max_response_length=16",
+        f"data.seed={config.seed}",
+        f"actor_rollout_ref.model.path={inputs['model']}",
+        f"actor_rollout_ref.actor.optim.lr={config.lr}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rollouts}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        f"actor_rollout_ref.rollout.n={config.responses_per_prompt}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rollouts}",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=0",
+        "algorithm.use_kl_in_reward=False",
+        "reward.custom_reward_function.path=pkg://edge_verl.reward",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.logger=[console,file]",
+        f"trainer.use_v1={config.trainer == 'v1'}",
+        f"trainer.total_training_steps={config.steps}",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        f"trainer.save_freq={config.save_freq}",
+        f"trainer.resume_mode={'auto' if config.resume else 'disable'}",
+        f"trainer.default_local_dir={config.out / 'checkpoints'}",
+        "trainer.project_name=edge_verl_demo",
+        f"trainer.experiment_name={config.algorithm}_{config.trainer}",
+        *CPU_OVERRIDES,
+        *config.extra_overrides,
+    ]
+    return [item for item in overrides if item]
+
+
+def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
+    """Run verl's main_ppo with the CPU backend; full output goes to ``out/verl.log``, progress to ``stream``."""
+    env = cpu_environment()
+    env["VERL_FILE_LOGGER_PATH"] = str((out / "verl_metrics.jsonl").resolve())
+    env["EDGE_VERL_ROLLOUT_SEED"] = env.get("EDGE_VERL_ROLLOUT_SEED", "0")
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")
+    with open(out / "verl.log", "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.write(line)
+            if "Training Progress" in line or "Error" in line:
+                stream.write(line.rstrip()[-160:] + "\n")
+                stream.flush()
+        return process.wait()
+
+
+def collect_metrics(raw_path: Path, out_path: Path) -> list[dict]:
+    """verl's file-logger records -> one JSON object per training step (later records of a step merge in)."""
+    by_step: dict[int, dict] = {}
+    if raw_path.exists():
+        for line in raw_path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                by_step.setdefault(int(record["step"]), {"step": int(record["step"])}).update(record["data"])
+    rows = [by_step[step] for step in sorted(by_step)]
+    out_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
+
+
+def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("reward", ["critic/score/mean"]),
+        ("response length", ["response_length/mean"]),
+        ("advantage", ["critic/advantages/max", "critic/advantages/min", "critic/advantages/mean"]),
+        ("edge_verl statistics", [key for key in sorted(rows[0]) if key.startswith("edge_verl/")][:6] if rows else []),
+    ]
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7))
+    steps = [row["step"] for row in rows]
+    for axis, (name, keys) in zip(axes.flat, panels):
+        for key in keys:
+            axis.plot(steps, [row.get(key, float("nan")) for row in rows], marker=".", label=key)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+        if keys:
+            axis.legend(fontsize=7)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def summarise(rows: list[dict], window: int = 5) -> str:
+    """A small table: first/last ``window`` step means of the main curves."""
+    head, tail = rows[:window], rows[-window:]
+
+    def mean(part: list[dict], key: str) -> float:
+        values = [row[key] for row in part if key in row]
+        return sum(values) / len(values) if values else float("nan")
+
+    lines = [f"{'metric':<14}{'first ' + str(window):>12}{'last ' + str(window):>12}"]
+    for key, label in SUMMARY_KEYS:
+        lines.append(f"{label:<14}{mean(head, key):>12.4f}{mean(tail, key):>12.4f}")
+    return "\n".join(lines)
+
+
+def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
+    """Prepare, train, collect. Returns {"returncode", "rows", "metrics", "plot", "seconds"}."""
+    config.out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    overrides = build_overrides(config, prepare_inputs(config))
+    stream.write(f"edge-verl demo: {config.algorithm} on verl's {config.trainer} trainer, {config.steps} steps, out={config.out}\n")
+    returncode = run_main_ppo(overrides, config.out, stream)
+    rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl")
+    result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}
+    if rows:
+        result["plot"] = plot_metrics(rows, config.out / "metrics.png", f"edge-verl demo: {config.algorithm} ({config.trainer})")
+        stream.write(summarise(rows) + "\n")
+    result["seconds"] = time.time() - started
+    if returncode != 0:
+        tail = (config.out / "verl.log").read_text().splitlines()[-40:]
+        stream.write("verl failed; last lines of verl.log:\n" + "\n".join(tail) + "\n")
+    return result

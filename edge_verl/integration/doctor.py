@@ -1,0 +1,86 @@
+"""``edge-verl doctor``: a loud check that ``import verl`` registered edge_verl's components.
+
+verl imports ``verl.plugins`` entry points inside a try/except that logs at debug level, so a broken
+plugin silently registers nothing and a run fails only at its first advantage step. The doctor imports
+verl in a fresh interpreter, exactly as a Ray worker does, and inspects verl's own registries.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from edge_verl.integration.cpu_overrides import cpu_backend_requested
+
+EXPECTED_ESTIMATORS: tuple[str, ...] = ()
+EXPECTED_AGENT_LOOPS: tuple[str, ...] = ()
+
+_PROBE = r"""
+import json, importlib.metadata as md
+import verl
+from verl.trainer.ppo import core_algos
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.plugin.platform import PlatformRegistry
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+entry_points = [ep.value for ep in md.entry_points(group="verl.plugins") if ep.name == "edge_verl"]
+from edge_verl.reward import compute_score
+print(json.dumps({
+    "verl_version": verl.__version__,
+    "entry_points": entry_points,
+    "estimators": sorted(core_algos.ADV_ESTIMATOR_REGISTRY),
+    "agent_loops": sorted(_agent_loop_registry),
+    "platforms": sorted(PlatformRegistry.registered_names()),
+    "rollouts": sorted(RolloutReplicaRegistry._registry),
+    "reward_probe": compute_score("doctor", "so \\boxed{2}", "2")["score"],
+}))
+"""
+
+
+def probe_verl(python: str = sys.executable) -> dict:
+    """Import verl in a fresh interpreter and report what its registries contain."""
+    completed = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"importing verl failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def find_problems(report: dict, cpu: bool) -> list[str]:
+    problems = []
+    if not report["entry_points"]:
+        problems.append("no 'edge_verl' entry point in the verl.plugins group: is edge-verl installed in this environment?")
+    for name in EXPECTED_ESTIMATORS:
+        if name not in report["estimators"]:
+            problems.append(f"advantage estimator {name!r} is not registered in verl's core_algos")
+    for name in EXPECTED_AGENT_LOOPS:
+        if name not in report["agent_loops"]:
+            problems.append(f"agent loop {name!r} is not registered in verl's agent-loop registry")
+    if cpu and "cpu" not in report["platforms"]:
+        problems.append("EDGE_VERL_CPU=1 but the 'cpu' platform is not registered")
+    if cpu and "hf" not in report["rollouts"]:
+        problems.append("EDGE_VERL_CPU=1 but the 'hf' rollout is not registered")
+    if report["reward_probe"] != 1.0:
+        problems.append(f"edge_verl.reward.compute_score graded a correct answer {report['reward_probe']}")
+    return problems
+
+
+def run_doctor(stream=sys.stdout) -> int:
+    cpu = cpu_backend_requested()
+    try:
+        report = probe_verl()
+    except RuntimeError as error:
+        stream.write(f"FAIL {error}\n")
+        return 1
+    stream.write(f"verl {report['verl_version']}  (entry point: {', '.join(report['entry_points']) or 'MISSING'})\n")
+    stream.write(f"advantage estimators: {', '.join(report['estimators'])}\n")
+    stream.write(f"agent loops: {', '.join(report['agent_loops'])}\n")
+    stream.write(f"platforms: {', '.join(report['platforms'])}   rollouts: {', '.join(report['rollouts'])}\n")
+    stream.write(f"reward entry: pkg://edge_verl.reward:compute_score (probe score {report['reward_probe']})\n")
+    problems = find_problems(report, cpu)
+    for problem in problems:
+        stream.write(f"FAIL {problem}\n")
+    if problems:
+        stream.write("Hint: VERL_USE_EXTERNAL_MODULES=edge_verl.integration.plugin makes verl raise the import error.\n")
+        return 1
+    stream.write("OK: edge_verl is registered in verl\n")
+    return 0

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+import torch
+
+from edge_verl.algorithms.group_stats import (
+    group_index_from_uids,
+    grpo_advantages,
+    response_valid,
+    zero_variance_group_fraction,
+)
+from tests.algorithms.reference import grpo_reference
+
+
+def test_group_index_numbers_groups_by_first_appearance_and_flags_padding():
+    group_index, num_groups, is_pad = group_index_from_uids(np.array(["b", "a", "b", "pad9", "a"], dtype=object))
+    assert group_index.tolist() == [0, 1, 0, 2, 1]
+    assert num_groups == 3
+    assert is_pad.tolist() == [False, False, False, True, False]
+
+
+def test_grpo_hand_computed_group_of_four():
+    # scores 1, 0, 0, 1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735; A = +-0.5 / 0.57735 = +-0.86603
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    group_index = torch.zeros(4, dtype=torch.long)
+    advantages = grpo_advantages(scores, group_index, 1, torch.ones(4, dtype=torch.bool), epsilon=0.0)
+    torch.testing.assert_close(advantages, torch.tensor([0.86603, -0.86603, -0.86603, 0.86603]), atol=1e-5, rtol=0)
+
+
+def test_grpo_single_response_group_keeps_raw_score_like_verl():
+    advantages = grpo_advantages(torch.tensor([0.7]), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
+    torch.testing.assert_close(advantages, torch.tensor([0.7 / (1 + 1e-6)]))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_equals_loop_reference(seed, norm_by_std):
+    rng = np.random.default_rng(seed)
+    uids = [f"u{i}" for i in rng.integers(0, 7, size=40)] + ["pad0", "pad0"]
+    scores = rng.integers(0, 2, size=len(uids)).astype(np.float32)
+    group_index, num_groups, is_pad = group_index_from_uids(uids)
+    advantages = grpo_advantages(torch.tensor(scores), group_index, num_groups, ~is_pad, norm_by_std=norm_by_std)
+    expected = grpo_reference(scores.tolist(), uids, 1e-6, norm_by_std=norm_by_std)
+    torch.testing.assert_close(advantages, torch.tensor(expected, dtype=torch.float32))
+
+
+def test_zero_variance_fraction_counts_tied_groups_only():
+    # groups: a = (1, 1) tied, b = (0, 1) mixed, c = (0, 0) tied, d = single response (ignored)
+    uids = ["a", "a", "b", "b", "c", "c", "d"]
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    group_index, num_groups, is_pad = group_index_from_uids(uids)
+    assert zero_variance_group_fraction(scores, group_index, num_groups, ~is_pad) == pytest.approx(2 / 3)
+
+
+def test_response_valid_excludes_padding_and_empty_rows():
+    mask = torch.tensor([[1, 1], [0, 0], [1, 0]])
+    assert response_valid(mask, torch.tensor([False, False, True])).tolist() == [True, False, False]
