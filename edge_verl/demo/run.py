@@ -20,7 +20,7 @@ from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
-IMPLEMENTED = {"grpo"}
+IMPLEMENTED = {"grpo", "edge_eda", "gepo"}
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("response_length/mean", "resp len"),
@@ -43,7 +43,7 @@ class DemoConfig:
     trainer: str = "v1"
     out: Path = Path("runs/demo")
     seed: int = 0
-    lr: float = 1e-3
+    lr: float = 2e-3
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
     warm_start_steps: int = 150
@@ -73,7 +73,9 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     if not (model_dir / "model.safetensors").exists():
         tokenizer = tiny.build_tokenizer(model_dir)
         model = tiny.build_model(tokenizer, seed=config.seed)
-        tiny.warm_start(model, tokenizer, task.prompts(), task.ANSWER_FORMAT, steps=config.warm_start_steps, seed=config.seed)
+        tiny.warm_start(
+            model, tokenizer, task.problems(), task.ANSWER_FORMAT, steps=config.warm_start_steps, seed=config.seed
+        )
         tiny.save(model, tokenizer, model_dir)
     train = task.write_parquet(task.make_rows(4096, seed=config.seed, split="train"), data_dir / "train.parquet")
     val = task.write_parquet(task.make_rows(32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
@@ -112,7 +114,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={inputs['model']}",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch // 2)}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rollouts}",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
@@ -151,7 +153,7 @@ def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
         assert process.stdout is not None
         for line in process.stdout:
             log.write(line)
-            if "Training Progress" in line or "Error" in line:
+            if "Training Progress" in line or "Error executing job" in line:
                 stream.write(line.rstrip()[-160:] + "\n")
                 stream.flush()
         return process.wait()

@@ -19,8 +19,9 @@ def make_problem(digit: int) -> tuple[str, str]:
     return f"Copy {digit}.", str(digit)
 
 
-def prompts() -> list[str]:
-    return [make_problem(digit)[0] for digit in range(10)]
+def problems() -> list[tuple[str, str]]:
+    """Every distinct (question, answer) pair of the task."""
+    return [make_problem(digit) for digit in range(10)]
 
 
 def make_rows(count: int, seed: int, split: str) -> list[dict]:

@@ -70,11 +70,21 @@ def build_model(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int
     return model
 
 
-def warm_start(model, tokenizer, prompts: list[str], answer_format: str, steps: int, seed: int, lr: float = 3e-3):
-    """Supervised warm start on the answer format with *random* digits: the model learns to write
-    ``answer_format.format(d)`` followed by end-of-turn, but not which d is right.
+def warm_start(
+    model,
+    tokenizer,
+    problems: list[tuple[str, str]],
+    answer_format: str,
+    steps: int,
+    seed: int,
+    correct_fraction: float = 0.2,
+    lr: float = 3e-3,
+):
+    """Supervised warm start on the answer format: the model learns to write ``answer_format.format(d)``
+    followed by end-of-turn, where d is the right answer for a ``correct_fraction`` of the examples and a
+    random digit otherwise -- a weak "base model" that RL can improve.
 
-    prompts: user messages (the chat template is applied here). Returns the final loss.
+    problems: (user message, answer) pairs; the chat template is applied here. Returns the final loss.
     """
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
@@ -82,13 +92,14 @@ def warm_start(model, tokenizer, prompts: list[str], answer_format: str, steps: 
     loss = torch.tensor(0.0)
     for _ in range(steps):
         batch_ids, batch_labels = [], []
-        for prompt in rng.sample(prompts, k=min(32, len(prompts))):
+        for prompt, answer in rng.choices(problems, k=32):
             prompt_ids = tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
             )
             if not isinstance(prompt_ids, list):
                 prompt_ids = list(prompt_ids["input_ids"])
-            answer_ids = tokenizer.encode(answer_format.format(rng.randrange(10)), add_special_tokens=False)
+            target = answer if rng.random() < correct_fraction else str(rng.randrange(10))
+            answer_ids = tokenizer.encode(answer_format.format(target), add_special_tokens=False)
             answer_ids.append(tokenizer.eos_token_id)
             batch_ids.append(prompt_ids + answer_ids)
             batch_labels.append([-100] * len(prompt_ids) + answer_ids)
@@ -105,7 +116,7 @@ def warm_start(model, tokenizer, prompts: list[str], answer_format: str, steps: 
         loss.backward()
         optimizer.step()
     model.eval()
-    return float(loss)
+    return float(loss.detach())
 
 
 def save(model, tokenizer, out_dir: str | Path) -> Path:

@@ -13,7 +13,7 @@ import sys
 
 from edge_verl.integration.cpu_overrides import cpu_backend_requested
 
-EXPECTED_ESTIMATORS: tuple[str, ...] = ()
+EXPECTED_ESTIMATORS: tuple[str, ...] = ("edge_eda", "gepo")
 EXPECTED_AGENT_LOOPS: tuple[str, ...] = ()
 
 _PROBE = r"""

@@ -36,7 +36,18 @@ def register_hf_rollout() -> None:
     REGISTERED["rollouts"].append(hf_rollout.ROLLOUT_NAME)
 
 
+def register_trainer_hooks() -> None:
+    """Estimators into verl's registry and the trainer hooks, each when verl imports the module."""
+    from edge_verl.integration.post_import import when_imported
+    from edge_verl.integration.trainer_hooks import HOOKS
+
+    for module_name, hook in HOOKS.items():
+        when_imported(module_name, hook)
+    REGISTERED["estimators"].extend(["edge_eda", "gepo"])
+
+
 def register() -> None:
+    register_trainer_hooks()
     if cpu_backend_requested():
         register_cpu_backend()
         register_hf_rollout()

@@ -1,0 +1,122 @@
+"""verl's own compute_advantage with the plugin's estimators, in-process (no Ray, no training)."""
+
+import numpy as np
+import pytest
+import torch
+
+verl = pytest.importorskip("verl")
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos, ray_trainer  # noqa: E402
+from verl.trainer.ppo.v1 import utils as v1_utils  # noqa: E402
+
+from edge_verl.algorithms.eda import compute_eda_advantages  # noqa: E402
+from edge_verl.algorithms.group_stats import group_index_from_uids  # noqa: E402
+from edge_verl.integration import estimators, state  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+
+def _data(entropy_key="entropys", with_entropy=True, with_old_log_probs=True, seed=0, pad_rows=0):
+    rng = np.random.default_rng(seed)
+    groups, per_group, width = 4, 4, 6
+    size = groups * per_group
+    uids = [f"uid{i // per_group}" for i in range(size)] + ["pad0"] * pad_rows
+    mask = torch.ones(size + pad_rows, width)
+    mask[:, 4:] = 0
+    mask[size:] = 0
+    scores = torch.tensor(rng.integers(0, 2, size + pad_rows), dtype=torch.float32)
+    scores[size:] = 0
+    rewards = torch.zeros(size + pad_rows, width)
+    rewards[:, 3] = scores
+    tensors = {"token_level_rewards": rewards, "response_mask": mask}
+    if with_entropy:
+        tensors[entropy_key] = torch.tensor(rng.uniform(0.1, 2.0, (size + pad_rows, width)), dtype=torch.float32)
+    if with_old_log_probs:
+        tensors["old_log_probs"] = torch.tensor(-rng.exponential(1.0, (size + pad_rows, width)), dtype=torch.float32)
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(uids, dtype=object)})
+
+
+def _config(**sections):
+    return OmegaConf.create({"adv_estimator": "x", "norm_adv_by_std_in_grpo": True, **sections})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    state.reset_state()
+    estimators.pop_pending_metrics()
+    yield
+    state.reset_state()
+
+
+def test_estimators_are_registered_by_import_verl():
+    assert core_algos.get_adv_estimator_fn("edge_eda") is estimators.compute_edge_eda_advantage
+    assert core_algos.get_adv_estimator_fn("gepo") is estimators.compute_gepo_advantage
+
+
+@pytest.mark.parametrize("entropy_key", ["entropys", "entropy"])
+@pytest.mark.parametrize("compute_advantage", [ray_trainer.compute_advantage, v1_utils.compute_advantage])
+def test_verl_compute_advantage_runs_edge_eda_with_either_entropy_name(entropy_key, compute_advantage):
+    data = _data(entropy_key)
+    expected_entropy = data.batch[entropy_key].clone()
+    out = compute_advantage(data, adv_estimator="edge_eda", num_repeat=4, config=_config())
+    group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
+    expected = compute_eda_advantages(
+        data.batch["token_level_rewards"].sum(-1), expected_entropy, data.batch["response_mask"],
+        group_index, num_groups, is_pad,
+    )
+    torch.testing.assert_close(out.batch["advantages"], expected.advantages)
+    assert torch.all(out.batch["advantages"][:, 4:] == 0)
+
+
+def test_edge_eda_metrics_are_published_for_the_step():
+    ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
+    metrics = estimators.pop_pending_metrics()
+    for key in ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max"):
+        assert f"edge_verl/edge_eda/{key}" in metrics
+    assert estimators.pop_pending_metrics() == {}
+
+
+def test_gepo_through_verl_updates_thresholds_once_per_call_and_publishes_metrics():
+    config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2})
+    ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
+    ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
+    thresholds = state.gepo_thresholds(estimators.gepo_config(config))
+    assert thresholds.num_updates == 2
+    metrics = estimators.pop_pending_metrics()
+    assert metrics["edge_verl/gepo/h_low"] == pytest.approx(thresholds.h_low)
+    assert 0.0 <= metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
+
+
+def test_padding_rows_get_zero_advantage_and_no_nan():
+    out = ray_trainer.compute_advantage(_data(pad_rows=3), adv_estimator="gepo", config=_config())
+    assert torch.isfinite(out.batch["advantages"]).all()
+    assert torch.all(out.batch["advantages"][-3:] == 0)
+
+
+def test_missing_entropy_is_an_error_naming_what_to_change():
+    with pytest.raises(KeyError, match="per-token entropy.*bypass_mode=False"):
+        ray_trainer.compute_advantage(_data(with_entropy=False), adv_estimator="edge_eda", config=_config())
+
+
+def test_missing_old_log_probs_is_an_error_for_gepo():
+    with pytest.raises(KeyError, match="old_log_probs"):
+        ray_trainer.compute_advantage(_data(with_old_log_probs=False), adv_estimator="gepo", config=_config())
+
+
+@pytest.mark.parametrize("estimator", ["edge_eda", "gepo"])
+def test_bypass_mode_is_refused(estimator):
+    config = _config(rollout_correction={"bypass_mode": True})
+    with pytest.raises(ValueError, match="bypass_mode=True"):
+        ray_trainer.compute_advantage(_data(), adv_estimator=estimator, config=config)
+
+
+def test_bad_option_from_the_algorithm_config_is_rejected():
+    with pytest.raises(ValueError, match="alpha_high=0.9 must be < gepo.alpha_low=0.5"):
+        ray_trainer.compute_advantage(_data(), adv_estimator="gepo", config=_config(gepo={"alpha_high": 0.9}))
+
+
+def test_grpo_is_left_to_verl():
+    data = _data()
+    out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
+    assert "advantages" in out.batch.keys() and estimators.pop_pending_metrics() == {}
