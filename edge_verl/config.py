@@ -2,7 +2,7 @@
 from the papers or their reference code is a named option whose docstring line says why it exists.
 
 verl users set these under ``algorithm.edge_eda.*`` / ``algorithm.gepo.*`` (``+algorithm.gepo.alpha_low=0.5``
-on the command line, or without ``+`` through the Hydra config shipped in ``edge_verl/config/``).
+on the command line, or without ``+`` through the Hydra config shipped in ``edge_verl/conf/``).
 Errors name the bad key or value and the allowed ones.
 """
 

@@ -104,6 +104,9 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
     """The complete Hydra override list for verl's main_ppo."""
     batch = config.prompts_per_step
     rollouts = batch * config.responses_per_prompt
+    # Two optimizer steps per training step (mini-batch = half the prompts), one micro-batch each.
+    mini_batch = max(1, batch // 2)
+    mini_rollouts = mini_batch * config.responses_per_prompt
     overrides = [
         *algorithm_overrides(config.algorithm),
         f"data.train_files={inputs['train']}",
@@ -114,8 +117,8 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={inputs['model']}",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch // 2)}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rollouts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini_rollouts}",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
         f"actor_rollout_ref.rollout.n={config.responses_per_prompt}",
@@ -214,6 +217,17 @@ def summarise(rows: list[dict], window: int = 5) -> str:
     return "\n".join(lines)
 
 
+def failure_lines(log: str, limit: int = 12) -> list[str]:
+    """The exception messages of a failed verl log (Ray repeats them per actor; keep each once)."""
+    messages = []
+    for line in log.splitlines():
+        text = line.split("[0m", 1)[-1].strip()
+        head = text.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Interrupt")) and " " not in head and text not in messages:
+            messages.append(text[:400])
+    return messages[-limit:]
+
+
 def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
     """Prepare, train, collect. Returns {"returncode", "rows", "metrics", "plot", "seconds"}."""
     config.out.mkdir(parents=True, exist_ok=True)
@@ -228,6 +242,6 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
         stream.write(summarise(rows) + "\n")
     result["seconds"] = time.time() - started
     if returncode != 0:
-        tail = (config.out / "verl.log").read_text().splitlines()[-40:]
-        stream.write("verl failed; last lines of verl.log:\n" + "\n".join(tail) + "\n")
+        stream.write(f"verl failed (exit {returncode}); full log: {config.out / 'verl.log'}\n")
+        stream.write("\n".join(failure_lines((config.out / "verl.log").read_text())) + "\n")
     return result
