@@ -147,6 +147,8 @@ class GepoResult:
     group_valid: torch.Tensor
     h_low: float
     h_high: float
+    candidate_low: float
+    candidate_high: float
     positive_attenuated: torch.Tensor
     negative_attenuated: torch.Tensor
 
@@ -194,5 +196,15 @@ def compute_gepo_advantages(
     shaped = torch.where(valid, shaped, torch.zeros_like(shaped))
     advantages = shaped[:, None] * response_mask.to(shaped.dtype)
     return GepoResult(
-        advantages, outcome_advantages, shaped, group_entropy, group_valid, h_low, h_high, positive & valid, negative & valid
+        advantages,
+        outcome_advantages,
+        shaped,
+        group_entropy,
+        group_valid,
+        h_low,
+        h_high,
+        candidates[0],
+        candidates[1],
+        positive & valid,
+        negative & valid,
     )

@@ -162,14 +162,27 @@ def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
         return process.wait()
 
 
-def collect_metrics(raw_path: Path, out_path: Path) -> list[dict]:
-    """verl's file-logger records -> one JSON object per training step (later records of a step merge in)."""
+def collect_metrics(raw_path: Path, out_path: Path, keep_previous: bool = False) -> list[dict]:
+    """verl's file-logger records -> one JSON object per training step (later records of a step merge in).
+
+    ``keep_previous`` (a resumed run) keeps the rows already in ``out_path`` for steps this run did not log.
+    """
     by_step: dict[int, dict] = {}
+    if keep_previous and out_path.exists():
+        for line in out_path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                by_step[int(row["step"])] = row
+    fresh: set[int] = set()
     if raw_path.exists():
         for line in raw_path.read_text().splitlines():
             if line.strip():
                 record = json.loads(line)
-                by_step.setdefault(int(record["step"]), {"step": int(record["step"])}).update(record["data"])
+                step = int(record["step"])
+                if step not in fresh:
+                    by_step[step] = {"step": step}
+                    fresh.add(step)
+                by_step[step].update(record["data"])
     rows = [by_step[step] for step in sorted(by_step)]
     out_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return rows
@@ -235,7 +248,7 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
     overrides = build_overrides(config, prepare_inputs(config))
     stream.write(f"edge-verl demo: {config.algorithm} on verl's {config.trainer} trainer, {config.steps} steps, out={config.out}\n")
     returncode = run_main_ppo(overrides, config.out, stream)
-    rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl")
+    rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}
     if rows:
         result["plot"] = plot_metrics(rows, config.out / "metrics.png", f"edge-verl demo: {config.algorithm} ({config.trainer})")

@@ -16,7 +16,7 @@ ANSWER_FORMAT = "\\boxed{{{}}}"
 
 
 def make_problem(digit: int) -> tuple[str, str]:
-    return f"Copy {digit}.", str(digit)
+    return f"Copy {str(digit) * 12}", str(digit)
 
 
 def problems() -> list[tuple[str, str]]:

@@ -229,6 +229,9 @@ def compute_gepo_advantage(
             "group_entropy_std": float(entropies.std(unbiased=False)) if entropies.numel() else 0.0,
             "h_low": result.h_low,
             "h_high": result.h_high,
+            "candidate_h_low": result.candidate_low,
+            "candidate_h_high": result.candidate_high,
+            "ema_updates": float(state.gepo_thresholds(options).num_updates),
             "pos_attenuated_frac": float(result.positive_attenuated.sum() / positives.sum().clamp(min=1)),
             "neg_attenuated_frac": float(result.negative_attenuated.sum() / negatives.sum().clamp(min=1)),
         }

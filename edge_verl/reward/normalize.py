@@ -1,0 +1,73 @@
+"""String normalisation of answers (pure, linear time): what two answers must share to be equal as text.
+
+Follows the public MATH grading conventions (Hendrycks et al.'s ``strip_string``): no spaces, no
+``\\left``/``\\right``/``\\!``, dollar and percent signs and degree marks dropped, ``\\text{...}`` unwrapped,
+``\\dfrac``/``\\tfrac`` -> ``\\frac``, a trailing period dropped, a leading "x =" dropped for a bare value.
+"""
+
+from __future__ import annotations
+
+import re
+
+_REMOVE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\displaystyle", "^\\circ", "^{\\circ}", "\\circ", "\\$", "\\%", "$", "%", "°")
+_TEXT_COMMANDS = ("\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\textit", "\\mbox", "\\operatorname")
+# A unit word directly after a number at the very end ("10cm" once \text{ cm} is unwrapped and spaces go).
+_UNIT_WORDS = re.compile(
+    r"(?<=\d)(cm|km|mm|inches|inch|feet|ft|units|unit|degrees|degree|meters|cents|dollars|hours|minutes|"
+    r"seconds|days|squareunits|sq\.?units)$"
+)
+_ASSIGNMENT = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?=(?=[^=]+$)")
+_CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
+_TIME = re.compile(r"^\d{1,2}:\d{2}(?::\d{2})?(?:am|pm|a\.m\.|p\.m\.)?$", re.IGNORECASE)
+MAX_NORMALISED_CHARS = 2000
+
+
+def unwrap_commands(text: str, commands: tuple[str, ...] = _TEXT_COMMANDS) -> str:
+    """``\\text{abc}`` -> ``abc`` for each command in ``commands`` (balanced braces, linear scan)."""
+    for command in commands:
+        marker = command + "{"
+        start = text.find(marker)
+        while start != -1:
+            depth, index = 0, start + len(command)
+            while index < len(text):
+                if text[index] == "{":
+                    depth += 1
+                elif text[index] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                index += 1
+            if index >= len(text):
+                break
+            text = text[:start] + text[start + len(marker) : index] + text[index + 1 :]
+            start = text.find(marker, start)
+    return text
+
+
+def normalise_answer(answer: object) -> str:
+    """Canonical text of an answer for exact comparison; "" for None."""
+    if answer is None:
+        return ""
+    text = str(answer)[:MAX_NORMALISED_CHARS].strip()
+    text = unwrap_commands(text)
+    for token in _REMOVE:
+        text = text.replace(token, "")
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    text = "".join(text.split())
+    text = _UNIT_WORDS.sub("", text)
+    text = text.rstrip(".").strip()
+    text = _ASSIGNMENT.sub("", text)
+    if text.startswith("{") and text.endswith("}") and text.count("{") == 1:
+        text = text[1:-1]
+    return text
+
+
+def choice_letter(answer: str) -> str | None:
+    """"(B)", "B", "b" -> "B"; None for anything that is not a lone multiple-choice letter."""
+    match = _CHOICE.match(normalise_answer(answer))
+    return match.group(1).upper() if match else None
+
+
+def is_time_of_day(answer: str) -> bool:
+    """"4:30", "12:05pm": math-verify would read these as ratios (4/30), so they compare as text only."""
+    return bool(_TIME.match(normalise_answer(answer)))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv with a CPU torch and edge-verl (+ verl 0.9.1 with its core extras). Idempotent.
+# torch is installed first and pinned: a later resolve must never pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION}"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" "torch==${TORCH_VERSION}"
+.venv/bin/edge-verl doctor

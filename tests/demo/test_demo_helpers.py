@@ -1,0 +1,58 @@
+import json
+
+import pytest
+
+from edge_verl.demo import task
+from edge_verl.demo.run import DemoConfig, NotImplementedYet, algorithm_overrides, build_overrides, collect_metrics, failure_lines, summarise
+
+
+def test_config_rejects_bad_values_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="allowed: grpo, edge_eda, gepo, edge"):
+        DemoConfig(algorithm="ppo")
+    with pytest.raises(ValueError, match="trainer='v2'; allowed: v1, legacy"):
+        DemoConfig(trainer="v2")
+    with pytest.raises(ValueError, match="responses_per_prompt must be >= 2"):
+        DemoConfig(responses_per_prompt=1)
+
+
+def test_overrides_select_the_trainer_estimator_and_cpu_backend(tmp_path):
+    paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet"}
+    overrides = build_overrides(DemoConfig(algorithm="gepo", trainer="legacy", out=tmp_path), paths)
+    assert "algorithm.adv_estimator=gepo" in overrides and "trainer.use_v1=False" in overrides
+    assert "actor_rollout_ref.rollout.name=hf" in overrides
+    assert "reward.custom_reward_function.path=pkg://edge_verl.reward" in overrides
+    # 8 prompts x 8 responses, mini-batch 4 prompts: micro-batch must divide the 32 mini-batch rows
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32" in overrides
+
+
+def test_unimplemented_algorithm_says_so(monkeypatch):
+    monkeypatch.setattr("edge_verl.demo.run.IMPLEMENTED", {"grpo"})
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        algorithm_overrides("gepo")
+
+
+def test_rows_carry_answer_and_solution_for_gec():
+    rows = task.make_rows(5, seed=0, split="train")
+    assert all(row["extra_info"]["answer"] == row["reward_model"]["ground_truth"] for row in rows)
+    assert all(row["extra_info"]["solution"].endswith("\\boxed{%s}" % row["extra_info"]["answer"]) for row in rows)
+    assert task.make_rows(5, seed=0, split="train") == rows
+
+
+def test_collect_metrics_merges_records_per_step_and_keeps_previous_rows_on_resume(tmp_path):
+    raw, out = tmp_path / "raw.jsonl", tmp_path / "metrics.jsonl"
+    out.write_text(json.dumps({"step": 1, "a": 1.0}) + "\n" + json.dumps({"step": 2, "a": 9.0}) + "\n")
+    raw.write_text("\n".join(json.dumps(r) for r in [{"step": 2, "data": {"a": 2.0}}, {"step": 2, "data": {"b": 3.0}}]))
+    rows = collect_metrics(raw, out, keep_previous=True)
+    assert rows == [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0, "b": 3.0}]
+    assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+
+
+def test_summary_compares_first_and_last_steps():
+    rows = [{"step": i, "critic/score/mean": 0.1 * i} for i in range(1, 11)]
+    table = summarise(rows)
+    assert "reward" in table and "0.3000" in table and "0.8000" in table
+
+
+def test_failure_lines_keep_exception_messages_once():
+    log = "noise\n\x1b[36m(Worker)\x1b[0m ValueError: bad thing\nValueError: bad thing\nUserWarning stuff\nKeyError: 'x'"
+    assert failure_lines(log) == ["ValueError: bad thing", "KeyError: 'x'"]

@@ -1,0 +1,158 @@
+"""The case table: public grading conventions (MATH / Minerva / OlympiadBench style answers) and
+adversarial inputs, each with an id. ``B(x)`` is a response whose last boxed answer is x."""
+
+import os
+import pathlib
+
+import pytest
+
+from edge_verl.reward import compute_score
+
+
+def B(answer: str) -> str:
+    return "Let me think step by step. ... Therefore the answer is \\boxed{" + answer + "}."
+
+
+CORRECT = [
+    # integers and signs
+    ("int", B("42"), "42"), ("int_spaces", B(" 42 "), "42"), ("int_plus", B("+5"), "5"), ("negative", B("-7"), "-7"),
+    ("int_gold_number", B("12"), 12), ("int_gold_float", B("3"), 3.0), ("leading_zero_decimal", B("0.50"), "0.5"),
+    ("decimal_trailing_zero", B("2.50"), "2.5"), ("int_vs_decimal", B("3.0"), "3"),
+    # fractions and decimals
+    ("frac_vs_decimal", B("\\frac{1}{2}"), "0.5"), ("dfrac", B("\\dfrac{3}{4}"), "\\frac{3}{4}"),
+    ("tfrac", B("\\tfrac{3}{4}"), "0.75"), ("frac_short", B("\\frac12"), "\\frac{1}{2}"),
+    ("slash_fraction", B("3/4"), "\\frac{3}{4}"), ("frac_reduced", B("\\frac{2}{4}"), "\\frac{1}{2}"),
+    ("negative_frac", B("-\\frac{1}{3}"), "\\frac{-1}{3}"), ("mixed_decimal", B("1.25"), "\\frac{5}{4}"),
+    ("frac_gold_decimal", B("\\frac{1}{8}"), "0.125"),
+    # radicals, pi, powers
+    ("sqrt_equiv", B("\\sqrt{18}"), "3\\sqrt{2}"), ("sqrt_frac", B("\\frac{\\sqrt{2}}{2}"), "\\frac{1}{\\sqrt{2}}"),
+    ("pi", B("2\\pi"), "2\\pi"), ("pi_frac", B("\\frac{\\pi}{2}"), "\\frac{1}{2}\\pi"),
+    ("power", B("2^{10}"), "1024"), ("exp_e", B("e^{2}"), "e^2"), ("cube_root", B("\\sqrt[3]{8}"), "2"),
+    ("sqrt_sum", B("1+\\sqrt{2}"), "\\sqrt{2}+1"),
+    # algebraic expressions
+    ("commuted_poly", B("1+x^2"), "x^2+1"), ("factored", B("(x+1)^2"), "x^2+2x+1"),
+    ("assignment_prefix", B("x = 5"), "5"), ("assignment_gold", B("5"), "x=5"), ("expr_frac", B("\\frac{x}{2}"), "0.5x"),
+    ("y_equals_line", B("y = 2x+1"), "y=2x+1"),
+    # sets, tuples, intervals, matrices
+    ("set_order", B("\\{2,1\\}"), "\\{1,2\\}"), ("tuple", B("(1, 2)"), "(1,2)"), ("interval_open", B("(0, 1)"), "(0,1)"),
+    ("interval_half", B("(1,2]"), "(1,2]"), ("interval_union", B("(-\\infty, 0) \\cup (1, \\infty)"), "(-\\infty,0)\\cup(1,\\infty)"),
+    ("matrix", B("\\begin{pmatrix}1\\\\2\\end{pmatrix}"), "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("bmatrix_vs_pmatrix", B("\\begin{bmatrix}1&0\\\\0&1\\end{bmatrix}"), "\\begin{pmatrix}1&0\\\\0&1\\end{pmatrix}"),
+    ("infinity", B("\\infty"), "\\infty"),
+    # units, percent, currency, degrees
+    ("units_text", B("10\\text{ cm}"), "10"), ("units_gold", B("10"), "10\\text{ cm}"), ("percent_pred", B("25\\%"), "25"),
+    ("percent_gold", B("25"), "25\\%"), ("dollar_gold", B("6"), "\\$6"), ("dollar_pred", B("\\$6"), "6"),
+    ("degrees", B("90^\\circ"), "90"), ("degrees_gold", B("90"), "90^{\\circ}"), ("units_inches", B("12 \\text{inches}"), "12"),
+    ("mbox_units", B("5\\mbox{ units}"), "5"),
+    # text answers and choices
+    ("text_word", B("\\text{Monday}"), "Monday"), ("text_case_same", B("\\text{yes}"), "yes"),
+    ("choice_letter", B("B"), "B"), ("choice_paren", B("(C)"), "C"), ("choice_text", B("\\text{(D)}"), "D"),
+    ("choice_lower", B("e"), "E"), ("textbf", B("\\textbf{7}"), "7"),
+    # lists of acceptable answers (Minerva / OlympiadBench)
+    ("gold_list_first", B("3"), ["3", "3.0"]), ("gold_list_second", B("\\frac{1}{3}"), ["0.3", "\\frac{1}{3}"]),
+    ("gold_tuple", B("7"), ("7",)), ("gold_list_numbers", B("2"), [2, 3]),
+    # extraction conventions
+    ("last_box_wins", "\\boxed{4}, but actually \\boxed{5}", "5"), ("fbox", "\\fbox{9}", "9"),
+    ("boxed_no_braces", "so \\boxed 42", "42"), ("inline_math", "$\\boxed{\\frac{1}{2}}$", "0.5"),
+    ("trailing_period_inside", B("12."), "12"), ("left_right", B("\\left(1,2\\right)"), "(1,2)"),
+    ("thin_space", B("1\\,000"), "1000"), ("displaystyle", B("\\displaystyle\\frac{1}{2}"), "\\frac12"),
+    ("big_int", B("123456789012345678901234567890"), "123456789012345678901234567890"),
+    ("sci_notation", B("1.5\\times 10^{3}"), "1500"), ("neg_zero", B("-0"), "0"),
+    ("trig_value", B("\\frac{\\sqrt{3}}{2}"), "\\sin(\\pi/3)"), ("log_value", B("\\log_2 8"), "3"),
+    ("binomial", B("\\binom{5}{2}"), "10"), ("factorial", B("5!"), "120"), ("abs_value", B("|-3|"), "3"),
+    ("complex", B("1+2i"), "1+2i"), ("equation_pair", B("x=1"), "1"), ("gold_with_spaces", B("3x+2"), "3 x + 2"),
+]
+
+WRONG = [
+    ("wrong_int", B("41"), "42"), ("wrong_sign", B("-42"), "42"), ("wrong_frac", B("\\frac{1}{3}"), "0.5"),
+    ("wrong_decimal_precision", B("0.33"), "\\frac{1}{3}"), ("wrong_expr", B("x^2-1"), "x^2+1"),
+    ("wrong_set", B("\\{1,3\\}"), "\\{1,2\\}"), ("wrong_interval_bracket", B("[1,2]"), "(1,2]"),
+    ("wrong_tuple_order", B("(2,1)"), "(1,2)"), ("wrong_matrix", B("\\begin{pmatrix}2\\\\1\\end{pmatrix}"), "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ("wrong_choice", B("A"), "B"), ("wrong_choice_text", B("\\text{(A)}"), "C"), ("wrong_text", B("\\text{Tuesday}"), "Monday"),
+    ("wrong_pi", B("\\pi"), "2\\pi"), ("wrong_sqrt", B("\\sqrt{3}"), "\\sqrt{2}"), ("wrong_percent", B("0.25"), "25\\%"),
+    ("wrong_units", B("100"), "10\\text{ cm}"), ("wrong_list", B("4"), ["3", "3.0"]),
+    # known math-verify false positives (REWARD.md)
+    ("fp_tiny_values", B("\\frac{1}{2006!}"), "\\frac{1}{2004!}"), ("fp_tiny_powers", B("10^{-30}"), "2\\cdot 10^{-30}"),
+    ("fp_one_minus_inv_e", B("1+\\frac{1}{e}"), "1-\\frac{1}{e}"), ("fp_time_ratio", B("\\frac{4}{30}"), "4:30"),
+    ("fp_time_vs_decimal", B("4.5"), "4:30"), ("fp_time_pred", B("4:30"), "\\frac{2}{15}"),
+    # answers merged by math-verify when several boxes appear: we grade only the last
+    ("merged_boxes", "\\boxed{4}, but actually \\boxed{5}", "4"), ("merged_set", "\\boxed{1} and \\boxed{2}", "\\{1,2\\}"),
+    # hedging
+    ("hedge_two_answers", B("3 \\text{ or } 4"), "3"), ("hedge_pm", B("\\pm 2"), "2"),
+    ("hedge_list", B("1, 2, 3, 4, 5"), "3"),
+    # no answer
+    ("no_box", "The answer is 42.", "42"), ("empty_box", "\\boxed{}", "42"), ("unbalanced_box", "\\boxed{42", "42"),
+    ("other_command", "\\boxedfoo{42}", "42"), ("answer_outside_box", "42 \\boxed{41}", "42"),
+    ("wrong_big_int", B("123456789012345678901234567891"), "123456789012345678901234567890"),
+    ("wrong_complex", B("1-2i"), "1+2i"), ("wrong_factorial", B("4!"), "120"),
+    ("nan_gold", B("1"), float("nan")), ("none_gold", B("1"), None), ("empty_gold", B("1"), ""),
+    ("empty_gold_list", B("1"), []), ("bool_gold", B("1"), True),
+]
+
+ADVERSARIAL = [
+    ("megabyte_text", "x" * 1_000_000 + B("1"), "1", 1.0),
+    ("megabyte_box_bomb", "\\boxed{" * 200_000, "1", 0.0),
+    ("megabyte_brace_bomb", "{" * 1_000_000 + "}" * 10, "1", 0.0),
+    ("thousands_of_boxes", "\\boxed{3}" * 5000 + "\\boxed{4}", "4", 1.0),
+    ("power_tower", B("9^{9^{9^{9^{9^{9}}}}}"), "1", 0.0),
+    ("factorial_bomb", B("(10^{10})!!"), "1", 0.0),
+    ("huge_exponent", B("2^{2^{2^{100}}}"), "3", 0.0),
+    ("unicode", B("½"), "\\frac{1}{2}", 0.0),
+    ("unicode_text", "答案是 \\boxed{42}", "42", 1.0),
+    ("emoji", B("🙂"), "1", 0.0),
+    ("binary_bytes", b"\xff\xfe\\boxed{1}", "1", 1.0),
+    ("nul_byte_ignored", B("1\x00"), "1", 1.0),
+    ("none_response", None, "1", 0.0),
+    ("int_response", 12345, "1", 0.0),
+    ("empty_response", "", "1", 0.0),
+    ("deep_nesting", B("(" * 500 + "1" + ")" * 500), "1", 0.0),
+    ("latex_macro_def", B("\\def\\x{1}\\x"), "1", 0.0),
+    ("very_long_answer", B("1+" * 400 + "1"), "401", 1.0),
+]
+
+
+@pytest.mark.parametrize("response, gold", [(r, g) for _, r, g in CORRECT], ids=[c[0] for c in CORRECT])
+def test_correct_answers_score_one(response, gold):
+    result = compute_score("math", response, gold)
+    assert result["score"] == 1.0 and result["acc"] is True and result["reason"] == "", result
+
+
+@pytest.mark.parametrize("response, gold", [(r, g) for _, r, g in WRONG], ids=[c[0] for c in WRONG])
+def test_wrong_answers_score_zero(response, gold):
+    result = compute_score("math", response, gold)
+    assert result["score"] == 0.0 and result["acc"] is False and result["reason"], result
+
+
+@pytest.mark.parametrize("response, gold, expected", [c[1:] for c in ADVERSARIAL], ids=[c[0] for c in ADVERSARIAL])
+def test_adversarial_inputs_return_a_bounded_score_and_never_raise(response, gold, expected):
+    result = compute_score("math", response, gold, timeout_s=3.0)
+    assert set(result) == {"score", "acc", "pred", "reason"}
+    assert result["score"] == expected, result
+    assert isinstance(result["pred"], str) and len(result["pred"]) <= 1000
+
+
+INJECTIONS = [
+    "__import__('os').system('touch {marker}')",
+    "exec(\"open('{marker}','w').write('x')\")",
+    "eval(compile(\"open('{marker}','w')\",'','exec'))",
+    "\\input{{{marker}}}",
+    "$(touch {marker})",
+    "`touch {marker}`",
+    "lambda: open('{marker}', 'w')",
+    "\\immediate\\write18{{touch {marker}}}",
+]
+
+
+@pytest.mark.parametrize("template", INJECTIONS, ids=[f"injection_{i}" for i in range(len(INJECTIONS))])
+def test_code_in_answers_is_never_executed(tmp_path, template):
+    marker = tmp_path / "pwned"
+    payload = template.format(marker=marker)
+    for response in (B(payload), payload, "\\boxed{" + payload):
+        result = compute_score("math", response, "1", timeout_s=3.0)
+        assert result["score"] == 0.0
+    assert not marker.exists()
+    assert not pathlib.Path("pwned").exists() and "pwned" not in os.listdir(tmp_path)
+
+
+def test_extra_kwargs_from_verl_are_accepted():
+    assert compute_score(data_source="x", solution_str=B("1"), ground_truth="1", extra_info={"index": 3}, foo=1)["score"] == 1.0
