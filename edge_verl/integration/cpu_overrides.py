@@ -34,6 +34,9 @@ CPU_OVERRIDES: tuple[str, ...] = (
     # The HF-generate rollout registered by the plugin (vLLM/SGLang need a GPU).
     "actor_rollout_ref.rollout.name=hf",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    # verl starts 8 agent-loop and 8 reward-loop workers by default: minutes of start-up on 2 cores.
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
     # DataLoader worker processes only add start-up time (and get killed noisily at exit) here.
     "data.dataloader_num_workers=0",
 )

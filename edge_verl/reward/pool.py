@@ -124,10 +124,16 @@ class GradingPool:
     def grade(self, pred: str, golds: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str]:
         """(correct, reason); ``reason == "deadline"`` when no answer came within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        try:
-            worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return False, "deadline"
+        while True:
+            try:
+                worker = self._idle.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False, "deadline"
+            if worker.process.poll() is None:
+                break
+            # Died while idle (killed from outside, out of memory): replace it, take another.
+            worker.kill()
+            self._start_worker()
         with self._lock:
             self._request_id += 1
             request_id = self._request_id

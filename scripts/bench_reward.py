@@ -1,0 +1,148 @@
+"""Benchmark: edge_verl's reward vs verl 0.9.1's ``math_verify`` scorer vs math-verify called directly.
+
+Labelled inputs come from real text in ../shared/data/train: reference solutions (which end in \\boxed{})
+paired with their own answer (label 1) and with another problem's different answer (label 0). Each grader
+sees the same full responses. Prints agreement, throughput with 2 caller threads over 2 grading workers
+(math-verify direct: 1 thread, its signal timeouts need the main thread), latency p50/p99/max, first-call
+latency, worker RSS, and the latency of a few hostile inputs (power towers) that hang math-verify.
+
+    .venv/bin/python scripts/bench_reward.py --pairs 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "train"
+HOSTILE = ["\\boxed{9^{9^{9^{9^{9^{9}}}}}}", "\\boxed{(10^{10})!!}", "\\boxed{2^{2^{2^{100}}}}"]
+
+
+def labelled_pairs(count: int, seed: int) -> list[tuple[str, str, int]]:
+    from edge_verl.reward.normalize import normalise_answer
+
+    rows = json.loads((DATA / "deepscaler_hard_1k.json").read_text()) + json.loads((DATA / "deepscaler_aime_975.json").read_text())
+    rows = [row for row in rows if row.get("solution") and "\\boxed" in row["solution"] and row.get("answer")]
+    rng = random.Random(seed)
+    rng.shuffle(rows)
+    pairs = [(row["solution"], str(row["answer"]), 1) for row in rows[:count]]
+    for row in rows[count : 2 * count]:
+        other = rng.choice(rows)
+        while normalise_answer(other["answer"]) == normalise_answer(row["answer"]):
+            other = rng.choice(rows)
+        pairs.append((row["solution"], str(other["answer"]), 0))
+    return pairs
+
+
+def graders(timeout_s: float):
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    from math_verify import parse, verify
+    from verl.utils.reward_score import math_verify as verl_math_verify
+
+    from edge_verl.reward import compute_score
+
+    verl_math_verify._pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+
+    def ours(response, gold):
+        return compute_score("bench", response, gold, timeout_s=timeout_s)["score"]
+
+    def verl_scorer(response, gold):
+        return verl_math_verify.compute_score(response, gold, timeout=timeout_s)
+
+    def direct(response, gold):
+        return float(verify(parse("$" + gold + "$"), parse(response)))
+
+    return {"edge_verl": (ours, 2), "verl math_verify": (verl_scorer, 2), "math-verify direct": (direct, 1)}
+
+
+def worker_rss_mb(name: str) -> str:
+    children = psutil.Process().children(recursive=True)
+    if name == "edge_verl":
+        procs = [p for p in children if "edge_verl.reward.worker" in " ".join(p.cmdline())]
+    elif name == "verl math_verify":
+        procs = [p for p in children if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
+    else:
+        return "in-process"
+    if not procs:
+        return "-"
+    return "/".join(f"{p.memory_info().rss / 2**20:.0f}" for p in procs)
+
+
+def run(name: str, grade, threads: int, pairs, hostile: bool, timeout_s: float) -> dict:
+    started = time.perf_counter()
+    grade(pairs[0][0], pairs[0][1])
+    first = time.perf_counter() - started
+    latencies, scores = [], []
+
+    def one(pair):
+        t0 = time.perf_counter()
+        score = grade(pair[0], pair[1])
+        latencies.append(time.perf_counter() - t0)
+        return score
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as executor:
+        scores = list(executor.map(one, pairs))
+    wall = time.perf_counter() - t0
+    labels = [label for _, _, label in pairs]
+    agree = [float(score == label) for score, label in zip(scores, labels)]
+    positives = [a for a, label in zip(agree, labels) if label == 1]
+    negatives = [a for a, label in zip(agree, labels) if label == 0]
+    result = {
+        "agreement": statistics.mean(agree),
+        "agreement_pos": statistics.mean(positives),
+        "agreement_neg": statistics.mean(negatives),
+        "throughput": len(pairs) / wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * sorted(latencies)[int(0.99 * (len(latencies) - 1))],
+        "max_ms": 1000 * max(latencies),
+        "first_call_s": first,
+        "worker_rss_mb": worker_rss_mb(name),
+        "hostile_max_s": None,
+    }
+    if hostile:
+        worst = 0.0
+        for response in HOSTILE:
+            t0 = time.perf_counter()
+            grade(response, "1")
+            worst = max(worst, time.perf_counter() - t0)
+        result["hostile_max_s"] = worst
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=400, help="positive pairs (as many negatives)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=5.0, help="per-call deadline for the graders that have one")
+    args = parser.parse_args()
+    pairs = labelled_pairs(args.pairs, args.seed)
+    results = {}
+    for name, (grade, threads) in graders(args.timeout).items():
+        results[name] = run(name, grade, threads, pairs, hostile=name != "math-verify direct", timeout_s=args.timeout)
+    ours = results["edge_verl"]["throughput"]
+    print(f"{len(pairs)} labelled responses ({args.pairs} positive), deadline {args.timeout:.0f} s\n")
+    print("| grader | agree | agree (label 1) | agree (label 0) | calls/s | x verl | p50 ms | p99 ms | max ms | first call s | worker RSS MB | hostile max s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    verl_tp = results["verl math_verify"]["throughput"]
+    for name, r in results.items():
+        hostile = "hangs (not run)" if r["hostile_max_s"] is None else f"{r['hostile_max_s']:.1f}"
+        print(
+            f"| {name} | {r['agreement']:.4f} | {r['agreement_pos']:.4f} | {r['agreement_neg']:.4f} | {r['throughput']:.0f} | "
+            f"{r['throughput'] / verl_tp:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_ms']:.0f} | {r['first_call_s']:.2f} | "
+            f"{r['worker_rss_mb']} | {hostile} |"
+        )
+    print(f"\nedge_verl throughput / verl math_verify: {ours / verl_tp:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
