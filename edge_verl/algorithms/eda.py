@@ -20,18 +20,20 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import grpo_advantages, group_sum, masked_response_mean
+from edge_verl.algorithms.group_stats import grpo_advantages, group_sum, masked_row_sum
 
 
 @dataclass(frozen=True)
 class EdaResult:
-    """advantages (B, T); outcome_advantages (B,) = GRPO A_i; entropy_ratio (B,) = P_hat_i."""
+    """advantages (B, T); outcome_advantages (B,) = GRPO A_i; eda_outcome_advantages (B,) = A_i / P_hat_i;
+    response_entropy (B,) = P_i; entropy_ratio (B,) = P_hat_i; has_tokens (B,) real rows with tokens."""
 
     advantages: torch.Tensor
     outcome_advantages: torch.Tensor
     eda_outcome_advantages: torch.Tensor
     response_entropy: torch.Tensor
     entropy_ratio: torch.Tensor
+    has_tokens: torch.Tensor
 
 
 def compute_entropy_ratio(
@@ -78,9 +80,11 @@ def compute_eda_advantages(
     token_entropy = token_entropy.to(torch.float32)
     scores = scores.to(torch.float32)
     real = ~is_pad.to(scores.device)
-    has_tokens = (response_mask.sum(dim=-1) > 0) & real
+    lengths = response_mask.sum(dim=-1).to(torch.float32)
+    has_tokens = (lengths > 0) & real
     outcome = grpo_advantages(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)
-    response_entropy = masked_response_mean(torch.nan_to_num(token_entropy, nan=0.0, posinf=0.0, neginf=0.0), response_mask)
+    # Non-finite token entropies count as 0 (masked_row_sum); Eq. 3's masked mean.
+    response_entropy = masked_row_sum(token_entropy, response_mask) / lengths.clamp(min=1.0)
     ratio = compute_entropy_ratio(
         response_entropy,
         group_index,
@@ -91,4 +95,4 @@ def compute_eda_advantages(
     )
     eda_outcome = outcome / ratio
     advantages = eda_outcome[:, None] * response_mask.to(eda_outcome.dtype)
-    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio)
+    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens)

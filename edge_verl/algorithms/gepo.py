@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum
+from edge_verl.algorithms.group_stats import group_sum, masked_row_sum
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 
@@ -41,11 +41,11 @@ def compute_group_entropy(
     """
     if estimator not in GROUP_ENTROPY_ESTIMATORS:
         raise ValueError(f"group entropy estimator {estimator!r}; allowed: {GROUP_ENTROPY_ESTIMATORS}")
-    values = torch.nan_to_num(token_values.to(torch.float32), nan=0.0, posinf=0.0, neginf=0.0)
-    per_token = values if estimator == "token_entropy" else -values
-    mask = response_mask.to(torch.float32) * valid.to(torch.float32)[:, None]
-    row_tokens = mask.sum(dim=-1)
-    row_total = (per_token * mask).sum(dim=-1)
+    sign = 1.0 if estimator == "token_entropy" else -1.0
+    row_valid = valid.to(torch.float32)
+    # Row-level reductions only (one fused pass over (B, T)); non-finite values count as 0.
+    row_tokens = response_mask.sum(dim=-1).to(torch.float32) * row_valid
+    row_total = sign * masked_row_sum(token_values.to(torch.float32), response_mask) * row_valid
     if estimator == "response_mean":
         has_tokens = row_tokens > 0
         row_mean = row_total / row_tokens.clamp(min=1.0)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 PAD_UID_PREFIX = "pad"
+_FUSED_DOT_MIN_ELEMENTS = 1 << 22
 
 
 def group_index_from_uids(uids: Sequence | np.ndarray) -> tuple[torch.Tensor, int, torch.Tensor]:
@@ -41,10 +42,30 @@ def response_valid(response_mask: torch.Tensor, is_pad: torch.Tensor | None = No
     return valid
 
 
+def masked_row_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) values and mask -> (B,) sum of values over each row's mask, non-finite values counted as 0.
+
+    One pass in the common case: a batched dot product (no (B, T) temporary) for large inputs, a plain
+    multiply-and-sum for cache-sized ones, where it is faster (measured on CPU: crossover ~4M elements).
+    Rows whose sum is not finite (NaN/inf anywhere in the row, masked or not) are recomputed exactly
+    with the non-finite entries zeroed.
+    """
+    mask = mask.to(values.dtype)
+    if values.numel() > _FUSED_DOT_MIN_ELEMENTS:
+        sums = torch.einsum("bt,bt->b", values, mask)
+    else:
+        sums = (values * mask).sum(dim=-1)
+    bad = ~torch.isfinite(sums)
+    if bool(bad.any()):
+        clean = torch.nan_to_num(values[bad], nan=0.0, posinf=0.0, neginf=0.0)
+        sums[bad] = (clean * mask[bad]).sum(dim=-1)
+    return torch.nan_to_num(sums, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def masked_response_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """values (B, T), response_mask (B, T) -> (B,) mean over each row's response tokens (0 for empty rows)."""
-    mask = response_mask.to(values.dtype)
-    return (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+    lengths = response_mask.sum(dim=-1).to(values.dtype)
+    return masked_row_sum(values, response_mask) / lengths.clamp(min=1.0)
 
 
 def group_sum(values: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:

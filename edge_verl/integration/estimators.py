@@ -154,7 +154,7 @@ def compute_edge_eda_advantage(
         entropy_epsilon=options.entropy_epsilon,
         ratio_clamp=options.ratio_clamp,
     )
-    real = (response_mask.sum(dim=-1) > 0) & ~is_pad
+    real = result.has_tokens
     metrics = _common_metrics(scores, group_index, num_groups, ~is_pad, result.outcome_advantages, result.eda_outcome_advantages)
     ratios = result.entropy_ratio[real]
     metrics.update(

@@ -54,3 +54,16 @@ def test_zero_variance_fraction_counts_tied_groups_only():
 def test_response_valid_excludes_padding_and_empty_rows():
     mask = torch.tensor([[1, 1], [0, 0], [1, 0]])
     assert response_valid(mask, torch.tensor([False, False, True])).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("shape", [(64, 33), (1100, 4000)], ids=["multiply_sum_path", "fused_dot_path"])
+def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
+    from edge_verl.algorithms.group_stats import masked_row_sum
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.rand(shape, generator=generator)
+    mask = (torch.rand(shape, generator=generator) < 0.6).float()
+    values[0, 0], values[1, 1], values[2, 2] = float("nan"), float("inf"), float("-inf")
+    mask[2, 2] = 0  # a masked -inf must not poison its row either
+    expected = (torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0) * mask).sum(dim=-1)
+    torch.testing.assert_close(masked_row_sum(values, mask), expected, rtol=1e-5, atol=1e-3)
