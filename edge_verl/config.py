@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional
 
+from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE
 from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
 
 
@@ -126,4 +127,62 @@ class GepoConfig:
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
+        return _from_mapping(cls, values)
+
+
+@dataclass(frozen=True)
+class GecConfig:
+    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
+
+    probabilities: [regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].
+    force_regenerate: the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.
+    scope: "every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which
+        no response is correct).
+    continuation_tokens: budget of the regenerate branch; paper 256 (always also capped so the whole
+        response stays within rollout.response_length).
+    reflection_phrase / answer_template: the paper's texts; answer_template must contain "{answer}".
+    missing_solution: what a replace_solution draw does for a row without a reference solution: "regenerate"
+        (default; counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).
+    correct_threshold: a response whose reward score exceeds this counts as correct (binary reward: 0.5).
+    seed: seeds the per-response random source together with uid and sample index; paper seed 42.
+    group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
+    """
+
+    probabilities: tuple[float, float, float] = (0.5, 0.25, 0.25)
+    force_regenerate: bool = False
+    scope: str = "every_incorrect"
+    continuation_tokens: int = 256
+    reflection_phrase: str = REFLECTION_PHRASE
+    answer_template: str = ANSWER_TEMPLATE
+    missing_solution: str = "regenerate"
+    correct_threshold: float = 0.5
+    seed: int = 42
+    group_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        probabilities = tuple(self.probabilities)
+        if len(probabilities) != 3:
+            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} needs 3 values [regenerate, inject_answer, replace_solution]")
+        for index, value in enumerate(probabilities):
+            _check_finite("edge_gec", f"probabilities[{index}]", value, low=0.0, high=1.0)
+        if abs(sum(probabilities) - 1.0) > 1e-6:
+            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} must sum to 1")
+        if self.force_regenerate:
+            probabilities = (1.0, 0.0, 0.0)
+        object.__setattr__(self, "probabilities", tuple(float(p) for p in probabilities))
+        _check_choice("edge_gec", "scope", self.scope, ("every_incorrect", "all_wrong_groups"))
+        _check_choice("edge_gec", "missing_solution", self.missing_solution, ("regenerate", "inject_answer", "skip"))
+        if isinstance(self.continuation_tokens, bool) or not isinstance(self.continuation_tokens, int) or self.continuation_tokens < 1:
+            raise ValueError(f"edge_gec.continuation_tokens={self.continuation_tokens!r} must be an integer >= 1")
+        if not isinstance(self.reflection_phrase, str) or not self.reflection_phrase:
+            raise ValueError("edge_gec.reflection_phrase must be a non-empty string")
+        if not isinstance(self.answer_template, str) or "{answer}" not in self.answer_template:
+            raise ValueError(f"edge_gec.answer_template={self.answer_template!r} must contain '{{answer}}'")
+        _check_finite("edge_gec", "correct_threshold", self.correct_threshold)
+        _check_finite("edge_gec", "group_timeout_s", self.group_timeout_s, low=0.001)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"edge_gec.seed={self.seed!r} must be an integer")
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":
         return _from_mapping(cls, values)

@@ -20,7 +20,7 @@ from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
-IMPLEMENTED = {"grpo", "edge_eda", "gepo"}
+IMPLEMENTED = {"grpo", "edge_eda", "gepo", "edge"}
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("response_length/mean", "resp len"),
@@ -86,7 +86,10 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
             correct_fraction=1.0,
         )
         tiny.save(model, tokenizer, model_dir)
-    train = task.write_parquet(task.make_rows(4096, seed=config.seed, split="train"), data_dir / "train.parquet")
+    agent_name = "edge_gec" if config.algorithm == "edge" else None
+    train = task.write_parquet(
+        task.make_rows(4096, seed=config.seed, split="train", agent_name=agent_name), data_dir / "train.parquet"
+    )
     val = task.write_parquet(task.make_rows(32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
     return {"model": model_dir, "train": train, "val": val}
 
@@ -103,10 +106,14 @@ def algorithm_overrides(algorithm: str) -> list[str]:
     return ["algorithm.adv_estimator=edge_eda", *gec_overrides()]
 
 
-def gec_overrides() -> list[str]:
-    from edge_verl.integration.gec_overrides import GEC_OVERRIDES
+def gec_overrides(seed: int = 42) -> list[str]:
+    """GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop)."""
+    return ["actor_rollout_ref.rollout.calculate_log_probs=False", f"+algorithm.edge_gec.seed={seed}"]
 
-    return list(GEC_OVERRIDES)
+
+def response_length(algorithm: str) -> int:
+    # GEC appends up to ~90 tokens (the inject_answer text) to ~10-token answers of the byte-level model.
+    return 128 if algorithm == "edge" else 16
 
 
 def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
@@ -122,7 +129,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"data.val_files={inputs['val']}",
         f"data.train_batch_size={batch}",
         "data.max_prompt_length=64",
-        "data.max_response_length=16",
+        f"data.max_response_length={response_length(config.algorithm)}",
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={inputs['model']}",
         f"actor_rollout_ref.actor.optim.lr={config.lr}",

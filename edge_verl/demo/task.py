@@ -19,12 +19,19 @@ def make_problem(digit: int) -> tuple[str, str]:
     return f"Copy {str(digit) * 12}", str(digit)
 
 
+def make_solution(answer: str) -> str:
+    """The reference solution of a row (ends in the boxed answer, like the papers' data)."""
+    return f"The digit to copy is {answer}. {ANSWER_FORMAT.format(answer)}"
+
+
 def problems() -> list[tuple[str, str]]:
     """Every distinct (question, answer) pair of the task."""
     return [make_problem(digit) for digit in range(10)]
 
 
-def make_rows(count: int, seed: int, split: str) -> list[dict]:
+def make_rows(count: int, seed: int, split: str, agent_name: str | None = None) -> list[dict]:
+    """``count`` rows in verl's RL format; ``agent_name`` (e.g. "edge_gec") selects verl's agent loop
+    for every row (training data only: validation must run the default loop)."""
     rng = random.Random(seed)
     rows = []
     for index in range(count):
@@ -39,10 +46,12 @@ def make_rows(count: int, seed: int, split: str) -> list[dict]:
                     "index": index,
                     "split": split,
                     "answer": answer,
-                    "solution": f"The digit to copy is {answer}. {ANSWER_FORMAT.format(answer)}",
+                    "solution": make_solution(answer),
                 },
             }
         )
+        if agent_name is not None:
+            rows[-1]["agent_name"] = agent_name
     return rows
 
 

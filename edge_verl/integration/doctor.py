@@ -14,7 +14,7 @@ import sys
 from edge_verl.integration.cpu_overrides import cpu_backend_requested
 
 EXPECTED_ESTIMATORS: tuple[str, ...] = ("edge_eda", "gepo")
-EXPECTED_AGENT_LOOPS: tuple[str, ...] = ()
+EXPECTED_AGENT_LOOPS: tuple[str, ...] = ("edge_gec",)
 
 _PROBE = r"""
 import json, importlib.metadata as md

@@ -36,10 +36,22 @@ VERL_INTERNALS: dict[str, tuple[str, ...]] = {
         "PPOTrainer._compute_advantage",
         "PPOTrainer._load_checkpoint",
         "PPOTrainer._save_checkpoint",
+        "PPOTrainer._compute_metrics",
     ),
+    "verl.experimental.agent_loop.agent_loop": ("register", "_agent_loop_registry", "AgentLoopOutput"),
+    "verl.experimental.agent_loop.single_turn_agent_loop": ("SingleTurnAgentLoop",),
+    "verl.trainer.ppo.reward": ("get_custom_reward_fn",),
 }
 
 ENTROPY_COPY_KEY = "edge_verl_entropys"
+GEC_INFO_KEY = "edge_verl_gec"
+GEC_SECTION = "edge_gec"
+
+
+def _gec_configured(config: Any) -> bool:
+    """GEC is in use when the run configures it (algorithm.edge_gec) or makes it the default loop."""
+    agent = config.actor_rollout_ref.rollout.get("agent", {}) or {}
+    return GEC_SECTION in config.algorithm or agent.get("default_agent_loop", None) == GEC_SECTION
 
 
 def _is_ours(config: Any) -> bool:
@@ -93,6 +105,27 @@ def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
     return _compute_advantage
 
 
+def _make_v1_compute_metrics(original: Callable, tq_module: Any) -> Callable:
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        result = original(self, batch, metrics, *args, **kwargs)
+        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        extra_fields = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        infos = [fields.get(GEC_INFO_KEY) if isinstance(fields, dict) else None for fields in extra_fields["extra_fields"].tolist()]
+        if not any(info is not None for info in infos):  # no row ran the GEC loop this step
+            return result
+        data = tq_module.kv_batch_get(
+            keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask", "old_log_probs"]
+        )
+        uids = [str(uid) for uid in data.pop("uid").tolist()]
+        padded = data.to_padded_tensor()
+        metrics.update(
+            _gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"])
+        )
+        return result
+
+    return _compute_metrics
+
+
 # --- legacy trainer -------------------------------------------------------------------------------------
 
 
@@ -107,10 +140,29 @@ def _make_legacy_old_log_prob(original: Callable) -> Callable:
     return _compute_old_log_prob
 
 
+def _gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
+    from edge_verl.algorithms.gec import summarize_corrections
+
+    metrics = summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs)
+    return {f"{estimators.METRIC_PREFIX}/{key}": value for key, value in metrics.items()}
+
+
 def _make_compute_data_metrics(original: Callable) -> Callable:
     def compute_data_metrics(*args, **kwargs):
         metrics = original(*args, **kwargs)
         metrics.update(estimators.pop_pending_metrics())
+        batch = kwargs.get("batch", args[0] if args else None)
+        infos = batch.non_tensor_batch.get(GEC_INFO_KEY) if batch is not None else None
+        if infos is not None:  # legacy trainer: agent-loop extra_fields are non-tensor columns
+            metrics.update(
+                _gec_metrics(
+                    list(infos),
+                    batch.batch["token_level_scores"].sum(dim=-1),
+                    batch.non_tensor_batch["uid"],
+                    batch.batch["response_mask"],
+                    batch.batch["old_log_probs"] if "old_log_probs" in batch.batch.keys() else None,
+                )
+            )
         return metrics
 
     return compute_data_metrics
@@ -132,6 +184,10 @@ def _resumed_folder(trainer: Any) -> str | None:
 
 def validate_run_config(config: Any) -> None:
     """Fail before the first rollout on settings the estimators cannot run with."""
+    if _gec_configured(config):
+        from edge_verl.integration.gec_agent_loop import check_gec_supported
+
+        check_gec_supported(config)
     estimator = str(config.algorithm.adv_estimator)
     if estimator not in estimators.ESTIMATORS:
         return
@@ -185,9 +241,15 @@ def patch_v1_trainer_base(module: Any) -> None:
     _wrap(module.PPOTrainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
     _wrap(module.PPOTrainer, "_load_checkpoint", _make_load_checkpoint)
     _wrap(module.PPOTrainer, "_save_checkpoint", _make_save_checkpoint)
+    _wrap(module.PPOTrainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
+
+
+def register_gec_agent_loop(module: Any) -> None:
+    from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
+    "verl.experimental.agent_loop.agent_loop": register_gec_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,
     "verl.trainer.ppo.ray_trainer": patch_ray_trainer,
     "verl.trainer.ppo.v1.utils": patch_v1_utils,

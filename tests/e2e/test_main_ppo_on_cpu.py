@@ -1,8 +1,7 @@
-"""Real ``python -m verl.trainer.main_ppo`` runs on CPU through the demo (tiny model, 2-3 steps each).
-
-Each run costs ~1.5-2 minutes, mostly Ray/worker start-up; together they cover both verl trainers, both
-estimators, the metrics reaching verl's logger, and GEPO's thresholds surviving checkpoint/resume.
-"""
+"""Real ``python -m verl.trainer.main_ppo`` runs on CPU through the demo (tiny model, 2-3 steps each): GEPO
+on both trainers, its metrics in verl's logger and its thresholds surviving checkpoint/resume. EDA runs
+on both trainers inside the GEC tests (``--algorithm edge`` = EDA + GEC). ~1 minute per run, mostly
+Ray/worker start-up."""
 
 import json
 
@@ -12,31 +11,12 @@ from edge_verl.demo.run import DemoConfig, run_demo
 
 pytestmark = pytest.mark.e2e
 
-EDA_KEYS = ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max")
 GEPO_KEYS = ("group_entropy_mean", "group_entropy_std", "h_low", "h_high", "pos_attenuated_frac", "neg_attenuated_frac")
 
 
-def _run(tmp_path_factory, name, **options):
-    out = tmp_path_factory.mktemp(name)
-    result = run_demo(DemoConfig(out=out, **options))
-    assert result["returncode"] == 0, (out / "verl.log").read_text()[-4000:]
-    return out, result["rows"]
-
-
-@pytest.mark.parametrize("trainer", ["v1", "legacy"])
-def test_edge_eda_run_logs_its_metrics(tmp_path_factory, trainer):
-    out, rows = _run(tmp_path_factory, f"eda_{trainer}", algorithm="edge_eda", trainer=trainer, steps=2)
-    assert [row["step"] for row in rows] == [1, 2]
-    for row in rows:
-        for key in EDA_KEYS:
-            assert f"edge_verl/edge_eda/{key}" in row, sorted(row)
-        assert row["edge_verl/edge_eda/entropy_ratio_min"] > 0
-    assert (out / "metrics.png").stat().st_size > 10_000
-
-
 @pytest.fixture(scope="module")
-def gepo_v1_checkpointed(tmp_path_factory):
-    return _run(tmp_path_factory, "gepo_v1", algorithm="gepo", trainer="v1", steps=2, save_freq=2)
+def gepo_v1_checkpointed(run_cpu_demo):
+    return run_cpu_demo("gepo_v1", algorithm="gepo", trainer="v1", steps=2, save_freq=2)
 
 
 def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
@@ -62,8 +42,8 @@ def test_gepo_resume_restores_thresholds_exactly(gepo_v1_checkpointed):
     assert step3["edge_verl/gepo/ema_updates"] == 3
 
 
-def test_gepo_legacy_run_logs_metrics_and_saves_thresholds(tmp_path_factory):
-    out, rows = _run(tmp_path_factory, "gepo_legacy", algorithm="gepo", trainer="legacy", steps=2, save_freq=2)
+def test_gepo_legacy_run_logs_metrics_and_saves_thresholds(run_cpu_demo):
+    out, rows = run_cpu_demo("gepo_legacy", algorithm="gepo", trainer="legacy", steps=2, save_freq=2)
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
