@@ -110,7 +110,7 @@ def _make_v1_compute_metrics(original: Callable, tq_module: Any) -> Callable:
         result = original(self, batch, metrics, *args, **kwargs)
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
         extra_fields = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        infos = [fields.get(GEC_INFO_KEY) if isinstance(fields, dict) else None for fields in extra_fields["extra_fields"].tolist()]
+        infos = [fields.get(GEC_INFO_KEY) if isinstance(fields, dict) else None for fields in extra_fields.pop("extra_fields").tolist()]
         if not any(info is not None for info in infos):  # no row ran the GEC loop this step
             return result
         data = tq_module.kv_batch_get(

@@ -1,0 +1,57 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_verl.evaluation import ProblemResult, markdown_table, pass_at_k, summarize
+
+
+def test_pass_at_k_hand_computed():
+    # n = 4 samples, c = 1 correct: pass@1 = 1/4; pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6 = 0.5
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 3, 2) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_average_weights_every_problem_equally():
+    # aime24: 1 of 2 correct (50%), math500: 3 of 3 correct (100%), aime25 not averaged.
+    # Avg = 4 / 5 = 80% (the mean of benchmark means would be 75%).
+    results = [ProblemResult("aime24", 0, (1.0,)), ProblemResult("aime24", 1, (0.0,))]
+    results += [ProblemResult("math500", i, (1.0,)) for i in range(3)] + [ProblemResult("aime25", 0, (1.0,))]
+    table = summarize(results)
+    assert table["aime24"]["pass@1"] == 0.5 and table["math500"]["pass@1"] == 1.0
+    assert table["Avg"] == {"problems": 5, "pass@1": pytest.approx(0.8)}
+    assert "| Avg | 5 | 80.00 |" in markdown_table(table)
+
+
+@pytest.mark.e2e
+def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path, shared_data):
+    from edge_verl.demo import task
+    from edge_verl.demo.run import DemoConfig, prepare_inputs
+
+    inputs = prepare_inputs(DemoConfig(out=tmp_path / "demo"))
+    copy_task = tmp_path / "copy.jsonl"
+    copy_task.write_text("".join(json.dumps({"problem": q, "answer": a}) for q, a in task.problems()).replace("}{", "}\n{"))
+    out = tmp_path / "eval"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "evaluate.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), "--model", str(inputs["model"]), "--data", str(shared_data), "--benchmarks", "aime24", "math500",
+         "--limit", "3", "--extra", str(copy_task), "--max-new-tokens", "16", "--samples", "2", "--k", "1", "2", "--average-over", "aime24", "math500", "copy", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "eval_records.jsonl").read_text().splitlines()]
+    table = json.loads((out / "eval.json").read_text())
+    assert [table[name]["problems"] for name in ("aime24", "math500", "copy")] == [3, 3, 3]
+    # hand computation from the per-sample grades: Avg pass@1 = sum over the 9 problems of (correct / 2) / 16,
+    # pass@2 = fraction of problems with at least one correct sample
+    assert table["Avg"]["pass@1"] == pytest.approx(sum(sum(r["scores"]) / 2 for r in records) / 9)
+    assert table["Avg"]["pass@2"] == pytest.approx(sum(max(r["scores"]) for r in records) / 9)
+    copy_rows = [r for r in records if r["benchmark"] == "copy"]
+    assert table["copy"]["pass@1"] == pytest.approx(sum(sum(r["scores"]) / 2 for r in copy_rows) / 3)
+    assert sum(sum(r["scores"]) for r in copy_rows) > 0, "the warm-started tiny model copies some digits"
+    assert "| Avg | 9 |" in completed.stdout
