@@ -105,6 +105,20 @@ def _require(tensor: Optional[torch.Tensor], what: str, estimator: str, hint: st
     return tensor
 
 
+_HINT = "Run verl through the edge_verl plugin (edge-verl doctor) and keep algorithm.rollout_correction.bypass_mode=False."
+_ENTROPY_WHAT = "the old policy's per-token entropy ('entropys'/'entropy')"
+
+
+def _unpack(estimator, token_level_rewards, response_mask, index, batch, keys, what):
+    """(token tensor from ``keys``, group_index, num_groups, is_pad, scores), all on the rewards' device."""
+    uids = _require(index, "uid groups (index)", estimator, "verl passes them when the batch has 'uid'.")
+    source = _require(_find_tensor(batch, keys, response_mask.shape), what, estimator, _HINT)
+    group_index, num_groups, is_pad = group_index_from_uids(uids)
+    device = token_level_rewards.device
+    scores = token_level_rewards.sum(dim=-1).to(torch.float32)
+    return source.to(device), group_index.to(device), num_groups, is_pad.to(device), scores
+
+
 def _common_metrics(scores, group_index, num_groups, valid, before, after) -> dict[str, float]:
     rows_before, rows_after = before[valid], after[valid]
     return {
@@ -130,21 +144,12 @@ def compute_edge_eda_advantage(
     """verl estimator ``edge_eda``: EDGE-GRPO's Entropy-Driven Advantage (see edge_verl.algorithms.eda)."""
     check_supported(config, EDA_NAME)
     options = eda_config(config)
-    uids = _require(index, "uid groups (index)", EDA_NAME, "verl passes them when the batch has 'uid'.")
-    token_entropy = _require(
-        _find_tensor(batch, ENTROPY_KEYS, response_mask.shape),
-        "the old policy's per-token entropy ('entropys'/'entropy')",
-        EDA_NAME,
-        "Run verl through the edge_verl plugin (edge-verl doctor) so its trainer hooks pass it, and keep "
-        "algorithm.rollout_correction.bypass_mode=False.",
+    token_entropy, group_index, num_groups, is_pad, scores = _unpack(
+        EDA_NAME, token_level_rewards, response_mask, index, batch, ENTROPY_KEYS, _ENTROPY_WHAT
     )
-    group_index, num_groups, is_pad = group_index_from_uids(uids)
-    device = token_level_rewards.device
-    group_index, is_pad = group_index.to(device), is_pad.to(device)
-    scores = token_level_rewards.sum(dim=-1)
     result = compute_eda_advantages(
         scores,
-        token_entropy.to(device),
+        token_entropy,
         response_mask,
         group_index,
         num_groups,
@@ -182,31 +187,17 @@ def compute_gepo_advantage(
     """verl estimator ``gepo``: GEPO's entropy-conditioned asymmetric scaling (see edge_verl.algorithms.gepo)."""
     check_supported(config, GEPO_NAME)
     options = gepo_config(config)
-    uids = _require(index, "uid groups (index)", GEPO_NAME, "verl passes them when the batch has 'uid'.")
-    if options.group_entropy == "token_entropy":
-        source = _find_tensor(batch, ENTROPY_KEYS, response_mask.shape)
-        what = "the old policy's per-token entropy ('entropys'/'entropy')"
-    else:
-        source = _find_tensor(batch, ("old_log_probs",), response_mask.shape)
-        what = "old_log_probs"
-    source = _require(
-        source,
-        what,
-        GEPO_NAME,
-        "Run verl through the edge_verl plugin (edge-verl doctor) and keep "
-        "algorithm.rollout_correction.bypass_mode=False.",
+    keys, what = (ENTROPY_KEYS, _ENTROPY_WHAT) if options.group_entropy == "token_entropy" else (("old_log_probs",), "old_log_probs")
+    source, group_index, num_groups, is_pad, scores = _unpack(
+        GEPO_NAME, token_level_rewards, response_mask, index, batch, keys, what
     )
-    group_index, num_groups, is_pad = group_index_from_uids(uids)
-    device = token_level_rewards.device
-    group_index, is_pad = group_index.to(device), is_pad.to(device)
     valid = ~is_pad
-    scores = token_level_rewards.sum(dim=-1).to(torch.float32)
     outcome = grpo_advantages(
         scores, group_index, num_groups, valid, norm_by_std=_norm_by_std(config), epsilon=options.std_epsilon
     )
     result = compute_gepo_advantages(
         outcome,
-        source.to(device),
+        source,
         response_mask,
         group_index,
         num_groups,
