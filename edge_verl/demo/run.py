@@ -210,21 +210,47 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def present(*keys: str) -> list[str]:
+        return [key for key in keys if any(key in row for row in rows)]
+
     panels = [
-        ("reward", ["critic/score/mean"]),
-        ("response length", ["response_length/mean"]),
-        ("advantage", ["critic/advantages/max", "critic/advantages/min", "critic/advantages/mean"]),
-        ("edge_verl statistics", [key for key in sorted(rows[0]) if key.startswith("edge_verl/")][:6] if rows else []),
+        ("reward", present("critic/score/mean")),
+        ("response length", present("response_length/mean")),
+        ("advantage", present("critic/advantages/max", "critic/advantages/min", "critic/advantages/mean")),
+        ("policy entropy", present("actor/entropy", "edge_verl/edge_eda/response_entropy_mean", "edge_verl/gepo/group_entropy_mean")),
+        (
+            "advantage variance before/after shaping, tied groups",
+            [
+                f"edge_verl/{name}/{stat}"
+                for name in ("edge_eda", "gepo")
+                for stat in ("adv_var_before", "adv_var_after", "zero_variance_group_frac")
+                if any(f"edge_verl/{name}/{stat}" in row for row in rows)
+            ],
+        ),
+        (
+            "method statistics",
+            present(
+                "edge_verl/gepo/h_low",
+                "edge_verl/gepo/h_high",
+                "edge_verl/gepo/pos_attenuated_frac",
+                "edge_verl/gepo/neg_attenuated_frac",
+                "edge_verl/edge_eda/entropy_ratio_min",
+                "edge_verl/edge_eda/entropy_ratio_max",
+                "edge_verl/gec/injected_token_frac",
+            ),
+        ),
     ]
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7))
+    figure, axes = plt.subplots(2, 3, figsize=(15, 7))
     steps = [row["step"] for row in rows]
     for axis, (name, keys) in zip(axes.flat, panels):
         for key in keys:
             axis.plot(steps, [row.get(key, float("nan")) for row in rows], marker=".", label=key)
-        axis.set_title(name)
+        axis.set_title(name, fontsize=9)
         axis.set_xlabel("step")
         if keys:
-            axis.legend(fontsize=7)
+            axis.legend(fontsize=6)
+        else:
+            axis.text(0.5, 0.5, "not logged by this algorithm", ha="center", va="center", transform=axis.transAxes)
     figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
