@@ -1,0 +1,63 @@
+"""``import verl`` registers the plugin in every process; ``edge-verl doctor`` proves it and fails loudly."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.verl
+
+DOCTOR = [sys.executable, "-m", "edge_verl.cli", "doctor"]
+
+
+def test_doctor_passes_and_lists_our_components():
+    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "edge_eda" in completed.stdout and "gepo" in completed.stdout and "edge_gec" in completed.stdout
+    assert completed.stdout.startswith("verl 0.9.1")
+
+
+def test_doctor_fails_loudly_when_the_plugin_is_not_loaded():
+    # verl's own switch turns entry-point discovery off: exactly what a broken plugin looks like to verl
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
+    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env)
+    assert completed.returncode == 1
+    assert "FAIL advantage estimator 'edge_eda' is not registered" in completed.stdout
+    assert "VERL_USE_EXTERNAL_MODULES" in completed.stdout
+
+
+def test_doctor_checks_the_cpu_backend_when_asked_for():
+    env = {**os.environ, "EDGE_VERL_CPU": "1"}
+    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env)
+    assert completed.returncode == 0, completed.stdout
+    assert "cpu" in completed.stdout.split("platforms:")[1] and "hf" in completed.stdout.split("rollouts:")[1]
+
+
+@ray.remote
+def registered_in_worker():
+    import verl  # noqa: F401
+    from verl.trainer.ppo import core_algos
+
+    return sorted(name for name in core_algos.ADV_ESTIMATOR_REGISTRY if name in ("edge_eda", "gepo"))
+
+
+def test_import_verl_registers_the_estimators_in_a_ray_worker():
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        assert ray.get(registered_in_worker.remote()) == ["edge_eda", "gepo"]
+    finally:
+        ray.shutdown()
+
+
+def test_plugin_import_is_cheap_and_imports_no_trainer_module():
+    code = (
+        "import sys, time; t = time.perf_counter(); import edge_verl.integration.plugin; "
+        "print(round(time.perf_counter() - t, 3), 'verl.trainer.ppo.ray_trainer' in sys.modules, "
+        "'edge_verl.integration.cpu_platform' in sys.modules)"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert output[1:] == ["False", "False"], output
