@@ -18,7 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
     demo.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo_<algorithm>_<trainer>)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--lr", type=float, default=2e-3)
+    demo.add_argument("--lr", type=float, default=1e-3)
     demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
     demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")

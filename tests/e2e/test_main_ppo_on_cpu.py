@@ -16,7 +16,9 @@ GEPO_KEYS = ("group_entropy_mean", "group_entropy_std", "h_low", "h_high", "pos_
 
 @pytest.fixture(scope="module")
 def gepo_v1_checkpointed(run_cpu_demo):
-    return run_cpu_demo("gepo_v1", algorithm="gepo", trainer="v1", steps=2, save_freq=2)
+    # validation runs before training: it must not move the thresholds (2 updates after 2 steps)
+    overrides = lambda out: ["trainer.val_before_train=True"]  # noqa: E731
+    return run_cpu_demo("gepo_v1", overrides=overrides, algorithm="gepo", trainer="v1", steps=2, save_freq=2)
 
 
 def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
@@ -24,7 +26,8 @@ def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
-    assert saved["gepo_thresholds"]["num_updates"] == 2
+    assert saved["gepo_thresholds"]["num_updates"] == 2  # validation (before step 1) did not update them
+    assert any(key.startswith("val-core/") for key in rows[0]), "validation ran"
     assert saved["gepo_thresholds"]["h_low"] == pytest.approx(rows[-1]["edge_verl/gepo/h_low"], rel=1e-12)
 
 
