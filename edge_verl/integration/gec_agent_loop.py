@@ -93,6 +93,24 @@ class _GroupVerdicts:
         return verdicts
 
 
+class _SampleIndex:
+    """Index of a response within its group. v1 passes ``session_id``; the legacy worker passes none, but
+    it starts the n loops of a uid in order, so claiming a counter before the first ``await`` reproduces
+    verl's own ``rollout_n`` numbering."""
+
+    _claimed: dict[str, int] = {}
+
+    @classmethod
+    def claim(cls, uid: str, kwargs: dict, group_size: int) -> int:
+        if kwargs.get("session_id") is not None:
+            return int(kwargs["session_id"])
+        index = cls._claimed.get(uid, 0)
+        cls._claimed[uid] = index + 1
+        if index + 1 >= group_size:
+            cls._claimed.pop(uid, None)
+        return index
+
+
 @register(AGENT_NAME)
 class GecAgentLoop(SingleTurnAgentLoop):
     """Single-turn sampling followed by EDGE-GRPO's Guided Error Correction (see module docstring)."""
@@ -130,10 +148,10 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        uid = str(kwargs.get("uid", ""))
+        index = _SampleIndex.claim(uid, kwargs, int(self.rollout_config.n))  # before any await: see _SampleIndex
         output = await super().run(sampling_params, **kwargs)
         correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
-        uid = str(kwargs.get("uid", ""))
-        index = int(kwargs.get("session_id", kwargs.get("rollout_n", 0)) or 0)
         group = [correct]
         if self.gec.scope == "all_wrong_groups":
             group = await _GroupVerdicts.wait_for_group(
