@@ -174,7 +174,7 @@ def compute_gepo_advantages(
 
     outcome_advantages (B,): GRPO A_i; entropy_source (B, T): old_log_probs (or token entropy for
     estimator="token_entropy"); response_mask (B, T); valid (B,) rows taking part in statistics.
-    ``thresholds`` is updated in place when ``update_state`` (never during validation). ``order``:
+    ``thresholds`` is updated in place when ``update_state`` (False: shape with frozen thresholds). ``order``:
     "update_then_apply" (default) shapes with the thresholds after this step's EMA update,
     "apply_then_update" with the previous ones (the first step then seeds and applies).
     """

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import torch
+from omegaconf import OmegaConf
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.gepo import compute_gepo_advantages
@@ -46,34 +47,34 @@ def pop_pending_metrics() -> dict[str, float]:
     return metrics
 
 
-def _section(config: Any, name: str) -> dict:
+def config_section(config: Any, name: str) -> dict:
+    """``config.algorithm.<name>`` (a DictConfig, a dict, or absent) as a plain dict."""
     if config is None:
         return {}
     section = config.get(name, None) if hasattr(config, "get") else getattr(config, name, None)
     if section is None:
         return {}
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(section):
-            return OmegaConf.to_container(section, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf ships with verl
-        pass
+    if OmegaConf.is_config(section):
+        return OmegaConf.to_container(section, resolve=True)
     return dict(section)
 
 
+def bypass_mode_enabled(algorithm_config: Any) -> bool:
+    """verl's bypass mode skips the old-policy pass (no entropy, old_log_probs := rollout log-probs)."""
+    return bool(config_section(algorithm_config, "rollout_correction").get("bypass_mode", False))
+
+
 def eda_config(config: Any) -> EdaConfig:
-    return EdaConfig.from_mapping(_section(config, EDA_NAME))
+    return EdaConfig.from_mapping(config_section(config, EDA_NAME))
 
 
 def gepo_config(config: Any) -> GepoConfig:
-    return GepoConfig.from_mapping(_section(config, GEPO_NAME))
+    return GepoConfig.from_mapping(config_section(config, GEPO_NAME))
 
 
 def check_supported(config: Any, estimator: str) -> None:
     """Refuse verl settings under which the estimator's inputs do not exist."""
-    correction = _section(config, "rollout_correction")
-    if correction.get("bypass_mode", False):
+    if bypass_mode_enabled(config):
         raise ValueError(
             f"algorithm.adv_estimator={estimator} needs the old-policy forward pass (per-token entropy / "
             "old_log_probs), which algorithm.rollout_correction.bypass_mode=True skips; set it to False."
@@ -181,7 +182,6 @@ def compute_gepo_advantage(
     index: Any = None,
     config: Any = None,
     batch: Optional[Mapping] = None,
-    validate: bool = False,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``gepo``: GEPO's entropy-conditioned asymmetric scaling (see edge_verl.algorithms.gepo)."""
@@ -195,6 +195,8 @@ def compute_gepo_advantage(
     outcome = grpo_advantages(
         scores, group_index, num_groups, valid, norm_by_std=_norm_by_std(config), epsilon=options.std_epsilon
     )
+    # verl computes advantages for training batches only, so every call here updates the EMA once;
+    # validation never reaches an estimator (tested end-to-end: num_updates == training steps).
     result = compute_gepo_advantages(
         outcome,
         source,
@@ -209,7 +211,6 @@ def compute_gepo_advantage(
         beta_high=options.beta_high,
         estimator=options.group_entropy,
         order=options.ema_order,
-        update_state=not validate,
     )
     metrics = _common_metrics(scores, group_index, num_groups, valid, outcome, result.shaped_outcome_advantages)
     entropies = result.group_entropy[result.group_valid]

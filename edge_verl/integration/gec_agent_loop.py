@@ -39,18 +39,14 @@ from edge_verl.algorithms.gec import (
     injected_answer_text,
 )
 from edge_verl.config import GecConfig
+from edge_verl.integration.estimators import bypass_mode_enabled, config_section
 
 AGENT_NAME = "edge_gec"
 INFO_KEY = "edge_verl_gec"
 
 
 def gec_config(config: Any) -> GecConfig:
-    section = config.algorithm.get(AGENT_NAME, None) if hasattr(config.algorithm, "get") else None
-    if section is None:
-        return GecConfig()
-    from omegaconf import OmegaConf
-
-    return GecConfig.from_mapping(OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section))
+    return GecConfig.from_mapping(config_section(config.algorithm, AGENT_NAME))
 
 
 def check_gec_supported(config: Any) -> None:
@@ -61,8 +57,7 @@ def check_gec_supported(config: Any) -> None:
             "The edge_gec agent loop injects tokens the rollout never sampled, which have no rollout log-probs; "
             "set actor_rollout_ref.rollout.calculate_log_probs=False (rollout-correction IS/RS then stays off)."
         )
-    correction = config.algorithm.get("rollout_correction", None)
-    if correction is not None and correction.get("bypass_mode", False):
+    if bypass_mode_enabled(config.algorithm):
         raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
     gec_config(config)
 
