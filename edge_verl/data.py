@@ -14,8 +14,9 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT
+
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
-GEC_AGENT = "edge_gec"
 
 TRAIN_SETS = {
     "hard_1k": "deepscaler_hard_1k.json",

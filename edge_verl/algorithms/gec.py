@@ -21,6 +21,11 @@ import random
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+# verl names: the agent loop that runs GEC (selected per training row by its ``agent_name`` column) and
+# the ``extra_fields`` key under which it reports each response's correction to the trainer.
+AGENT_NAME = "edge_gec"
+INFO_KEY = "edge_verl_gec"
+
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
 REPLACE_SOLUTION = "replace_solution"

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT_NAME
 from edge_verl.demo import task, tiny
 from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
 
@@ -90,7 +91,7 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
             correct_fraction=1.0,
         )
         tiny.save(model, tokenizer, model_dir)
-    agent_name = "edge_gec" if config.algorithm == "edge" else None
+    agent_name = GEC_AGENT_NAME if config.algorithm == "edge" else None
     train = task.write_parquet(
         task.make_rows(4096, seed=config.seed, split="train", agent_name=agent_name), data_dir / "train.parquet"
     )

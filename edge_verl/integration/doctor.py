@@ -11,10 +11,11 @@ import json
 import subprocess
 import sys
 
+from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT_NAME
 from edge_verl.integration.cpu_overrides import cpu_backend_requested
 
 EXPECTED_ESTIMATORS: tuple[str, ...] = ("edge_eda", "gepo")
-EXPECTED_AGENT_LOOPS: tuple[str, ...] = ("edge_gec",)
+EXPECTED_AGENT_LOOPS: tuple[str, ...] = (GEC_AGENT_NAME,)
 
 _PROBE = r"""
 import json, importlib.metadata as md

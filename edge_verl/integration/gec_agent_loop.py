@@ -31,6 +31,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from edge_verl.algorithms.gec import (
+    AGENT_NAME,
+    INFO_KEY,
     INJECT_ANSWER,
     REGENERATE,
     REPLACE_SOLUTION,
@@ -40,9 +42,6 @@ from edge_verl.algorithms.gec import (
 )
 from edge_verl.config import GecConfig
 from edge_verl.integration.estimators import bypass_mode_enabled, config_section
-
-AGENT_NAME = "edge_gec"
-INFO_KEY = "edge_verl_gec"
 
 
 def gec_config(config: Any) -> GecConfig:

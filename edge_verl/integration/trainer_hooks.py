@@ -19,6 +19,8 @@ import functools
 import os
 from typing import Any, Callable
 
+from edge_verl.algorithms.gec import AGENT_NAME as GEC_SECTION
+from edge_verl.algorithms.gec import INFO_KEY as GEC_INFO_KEY
 from edge_verl.integration import estimators, state
 
 VERL_INTERNALS: dict[str, tuple[str, ...]] = {
@@ -44,8 +46,6 @@ VERL_INTERNALS: dict[str, tuple[str, ...]] = {
 }
 
 ENTROPY_COPY_KEY = "edge_verl_entropys"
-GEC_INFO_KEY = "edge_verl_gec"
-GEC_SECTION = "edge_gec"
 
 
 def _gec_configured(config: Any) -> bool:
