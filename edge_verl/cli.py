@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print("\n".join(CPU_OVERRIDES))
         return 0
-    from edge_verl.demo.run import DemoConfig, NotImplementedYet, run_demo
+    from edge_verl.demo.run import DemoConfig, run_demo
 
     out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}"
     try:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             extra_overrides=list(args.overrides),
         )
         result = run_demo(config)
-    except (NotImplementedYet, ValueError) as error:
+    except ValueError as error:
         print(f"edge-verl demo: {error}", file=sys.stderr)
         return 2
     print(f"metrics: {result['metrics']}  plot: {result['plot']}  ({result['seconds']:.0f} s)")

@@ -21,7 +21,6 @@ from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
-IMPLEMENTED = {"grpo", "edge_eda", "gepo", "edge"}
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("response_length/mean", "resp len"),
@@ -29,10 +28,6 @@ SUMMARY_KEYS = (
     ("critic/advantages/min", "adv min"),
     ("actor/entropy", "entropy"),
 )
-
-
-class NotImplementedYet(RuntimeError):
-    pass
 
 
 @dataclass
@@ -99,21 +94,15 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     return {"model": model_dir, "train": train, "val": val}
 
 
+# GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop).
+GEC_OVERRIDES = ("actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.seed=42")
+
+
 def algorithm_overrides(algorithm: str) -> list[str]:
-    if algorithm not in IMPLEMENTED:
-        raise NotImplementedYet(f"--algorithm {algorithm} is not implemented yet; available now: {sorted(IMPLEMENTED)}")
-    if algorithm == "grpo":
-        return ["algorithm.adv_estimator=grpo"]
-    if algorithm == "gepo":
-        return ["algorithm.adv_estimator=gepo"]
-    if algorithm == "edge_eda":
-        return ["algorithm.adv_estimator=edge_eda"]
-    return ["algorithm.adv_estimator=edge_eda", *gec_overrides()]
-
-
-def gec_overrides(seed: int = 42) -> list[str]:
-    """GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop)."""
-    return ["actor_rollout_ref.rollout.calculate_log_probs=False", f"+algorithm.edge_gec.seed={seed}"]
+    """``edge`` is EDGE-GRPO: the edge_eda estimator plus GEC; the others name a verl estimator."""
+    if algorithm == "edge":
+        return ["algorithm.adv_estimator=edge_eda", *GEC_OVERRIDES]
+    return [f"algorithm.adv_estimator={algorithm}"]
 
 
 def response_length(algorithm: str) -> int:
@@ -163,14 +152,13 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         *CPU_OVERRIDES,
         *config.extra_overrides,
     ]
-    return [item for item in overrides if item]
+    return overrides
 
 
 def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
     """Run verl's main_ppo with the CPU backend; full output goes to ``out/verl.log``, progress to ``stream``."""
     env = cpu_environment()
     env["VERL_FILE_LOGGER_PATH"] = str((out / "verl_metrics.jsonl").resolve())
-    env["EDGE_VERL_ROLLOUT_SEED"] = env.get("EDGE_VERL_ROLLOUT_SEED", "0")
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")
     with open(out / "verl.log", "w") as log:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from edge_verl.demo import task
-from edge_verl.demo.run import DemoConfig, NotImplementedYet, algorithm_overrides, build_overrides, collect_metrics, failure_lines, summarise
+from edge_verl.demo.run import DemoConfig, algorithm_overrides, build_overrides, collect_metrics, failure_lines, summarise
 
 
 def test_config_rejects_bad_values_naming_the_allowed_ones():
@@ -25,10 +25,11 @@ def test_overrides_select_the_trainer_estimator_and_cpu_backend(tmp_path):
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32" in overrides
 
 
-def test_unimplemented_algorithm_says_so(monkeypatch):
-    monkeypatch.setattr("edge_verl.demo.run.IMPLEMENTED", {"grpo"})
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        algorithm_overrides("gepo")
+def test_edge_is_eda_plus_gec_with_rollout_log_probs_off():
+    assert algorithm_overrides("gepo") == ["algorithm.adv_estimator=gepo"]
+    edge = algorithm_overrides("edge")
+    assert edge[0] == "algorithm.adv_estimator=edge_eda"
+    assert "actor_rollout_ref.rollout.calculate_log_probs=False" in edge and "+algorithm.edge_gec.seed=42" in edge
 
 
 def test_rows_carry_answer_and_solution_for_gec():
