@@ -43,11 +43,11 @@ def grade_by_text(pred: str, golds: Sequence[str]) -> Optional[tuple[bool, str]]
     gold_texts = [normalise_answer(gold) for gold in golds]
     if normalised in gold_texts:
         return True, "text_match"
-    gold_letters = [choice_letter(gold) for gold in golds]
+    gold_letters = [choice_letter(text) for text in gold_texts]
     if any(letter is not None for letter in gold_letters):
-        letter = choice_letter(pred)
+        letter = choice_letter(normalised)
         return letter is not None and letter in gold_letters, "choice_letter"
-    if is_time_of_day(pred) or any(is_time_of_day(gold) for gold in golds):
+    if is_time_of_day(normalised) or any(is_time_of_day(text) for text in gold_texts):
         return False, "time_text_mismatch"
     number = _plain_number(normalised)
     gold_numbers = [_plain_number(text) for text in gold_texts]

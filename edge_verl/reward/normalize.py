@@ -62,12 +62,13 @@ def normalise_answer(answer: object) -> str:
     return text
 
 
-def choice_letter(answer: str) -> str | None:
-    """"(B)", "B", "b" -> "B"; None for anything that is not a lone multiple-choice letter."""
-    match = _CHOICE.match(normalise_answer(answer))
+def choice_letter(normalised: str) -> str | None:
+    """A ``normalise_answer`` result "(B)", "B", "b" -> "B"; None unless it is a lone multiple-choice letter."""
+    match = _CHOICE.match(normalised)
     return match.group(1).upper() if match else None
 
 
-def is_time_of_day(answer: str) -> bool:
-    """"4:30", "12:05pm": math-verify would read these as ratios (4/30), so they compare as text only."""
-    return bool(_TIME.match(normalise_answer(answer)))
+def is_time_of_day(normalised: str) -> bool:
+    """A ``normalise_answer`` result like "4:30" or "12:05pm": math-verify would read these as ratios
+    (4/30), so they compare as text only."""
+    return bool(_TIME.match(normalised))
