@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_doctor()
     if args.command == "cpu-overrides":
-        from edge_verl.integration.cpu_overrides import CPU_OVERRIDES
+        from edge_verl.integration.cpu.overrides import CPU_OVERRIDES
 
         print("\n".join(CPU_OVERRIDES))
         return 0

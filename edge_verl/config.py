@@ -134,6 +134,10 @@ class GepoConfig:
 class GecConfig:
     """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
 
+    enable: GEC's one switch (default off). When on, the training data must mark its rows for the
+        ``edge_gec`` agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and
+        rollout log-probs must be off; when off, data with such rows is refused. Both checked before the
+        first rollout.
     probabilities: [regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].
     force_regenerate: the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.
     scope: "every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which
@@ -148,6 +152,7 @@ class GecConfig:
     group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
     """
 
+    enable: bool = False
     probabilities: tuple[float, float, float] = (0.5, 0.25, 0.25)
     force_regenerate: bool = False
     scope: str = "every_incorrect"
@@ -160,6 +165,9 @@ class GecConfig:
     group_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
+        for name in ("enable", "force_regenerate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"edge_gec.{name}={getattr(self, name)!r} must be true or false")
         probabilities = tuple(self.probabilities)
         if len(probabilities) != 3:
             raise ValueError(f"edge_gec.probabilities={self.probabilities!r} needs 3 values [regenerate, inject_answer, replace_solution]")

@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT
+from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 

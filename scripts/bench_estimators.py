@@ -61,7 +61,11 @@ def main() -> None:
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
-    from edge_verl.integration import state
+    from edge_verl.integration.run import TrainingRun, active_run, advantage_step
+
+    def call_in_step(fn, kwargs):
+        with advantage_step():  # as in training: the estimator also computes its step metrics
+            return fn(**kwargs)
 
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
     names = ["grpo", "grpo_vectorized", "edge_eda", "gepo"]
@@ -82,8 +86,9 @@ def main() -> None:
             kwargs = dict(common, config=config)
             if name in ("edge_eda", "gepo"):
                 kwargs["batch"] = extra
-            state.reset_state()
-            timings[name] = time_call(lambda: fn(**kwargs), args.device, args.repeats)
+            # A fresh run per estimator, as verl's trainers open one (GEPO's thresholds live in it).
+            with active_run(TrainingRun.from_config(OmegaConf.merge(config, {"adv_estimator": name}))):
+                timings[name] = time_call(lambda: call_in_step(fn, kwargs), args.device, args.repeats)
         base = timings["grpo_vectorized"]
         cells = " | ".join(f"{timings[name]:.2f}" for name in names)
         print(f"| {batch_size} x {length} | {cells} | {timings['edge_eda'] / base:.2f} | {timings['gepo'] / base:.2f} |")

@@ -64,7 +64,7 @@ def compute_eda_advantages(
     response_mask: torch.Tensor,
     group_index: torch.Tensor,
     num_groups: int,
-    is_pad: torch.Tensor,
+    valid: torch.Tensor,
     *,
     norm_by_std: bool = True,
     std_epsilon: float = 1e-4,
@@ -74,12 +74,12 @@ def compute_eda_advantages(
     """EDA advantages.
 
     scores (B,) outcome rewards; token_entropy (B, T) old-policy token entropy (detached, at the
-    sampling temperature); response_mask (B, T); group_index (B,) in [0, P); is_pad (B,) padding rows.
-    Masked tokens and padding rows get advantage 0.
+    sampling temperature); response_mask (B, T); group_index (B,) in [0, P); valid (B,) rows taking part
+    (False for padding rows). Masked tokens and invalid rows get advantage 0.
     """
     token_entropy = token_entropy.to(torch.float32)
     scores = scores.to(torch.float32)
-    real = ~is_pad.to(scores.device)
+    real = valid.to(scores.device)
     lengths = response_mask.sum(dim=-1).to(torch.float32)
     has_tokens = (lengths > 0) & real
     outcome = grpo_advantages(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)

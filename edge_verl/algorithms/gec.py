@@ -21,11 +21,6 @@ import random
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-# verl names: the agent loop that runs GEC (selected per training row by its ``agent_name`` column) and
-# the ``extra_fields`` key under which it reports each response's correction to the trainer.
-AGENT_NAME = "edge_gec"
-INFO_KEY = "edge_verl_gec"
-
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
 REPLACE_SOLUTION = "replace_solution"
@@ -118,7 +113,7 @@ def summarize_corrections(
 ) -> dict[str, float]:
     """Per-step GEC metrics from the agent loop's per-response records.
 
-    infos (B,): ``extra_fields["edge_verl_gec"]`` (None for rows not run by the GEC loop); final_scores
+    infos (B,): the agent loop's per-response records (None for rows not run by the GEC loop); final_scores
     (B,) reward of the final responses; response_mask (B, T); old_log_probs (B, T) optional. Returns
     counts of corrections per branch, regenerations that became correct, groups rescued from all-wrong,
     the fraction of trained tokens that were injected and the old policy's log-prob/probability of

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, masked_row_sum
+from edge_verl.algorithms.group_stats import group_sum, grpo_advantages, masked_row_sum
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 
@@ -92,10 +92,6 @@ class GepoThresholds:
         self.h_high = 0.0
         self.num_updates = 0
 
-    @property
-    def initialized(self) -> bool:
-        return self.num_updates > 0 or self.init == "zero"
-
     def update(self, candidate_low: float, candidate_high: float) -> None:
         if self.num_updates == 0 and self.init == "first_batch":
             self.h_low, self.h_high = float(candidate_low), float(candidate_high)
@@ -154,7 +150,7 @@ class GepoResult:
 
 
 def compute_gepo_advantages(
-    outcome_advantages: torch.Tensor,
+    scores: torch.Tensor,
     entropy_source: torch.Tensor,
     response_mask: torch.Tensor,
     group_index: torch.Tensor,
@@ -162,6 +158,8 @@ def compute_gepo_advantages(
     valid: torch.Tensor,
     thresholds: GepoThresholds,
     *,
+    norm_by_std: bool = True,
+    std_epsilon: float = 1e-6,
     alpha_low: float = 0.5,
     alpha_high: float = 0.2,
     beta_low: float = 0.2,
@@ -170,14 +168,18 @@ def compute_gepo_advantages(
     order: str = "update_then_apply",
     update_state: bool = True,
 ) -> GepoResult:
-    """GEPO shaping of GRPO advantages.
+    """GEPO advantages (Eqs. 4, 7-9) from outcome scores.
 
-    outcome_advantages (B,): GRPO A_i; entropy_source (B, T): old_log_probs (or token entropy for
-    estimator="token_entropy"); response_mask (B, T); valid (B,) rows taking part in statistics.
+    scores (B,) outcome rewards -> GRPO's A_i (``norm_by_std``, ``std_epsilon`` as verl's GRPO);
+    entropy_source (B, T): old_log_probs (or token entropy for estimator="token_entropy"); response_mask
+    (B, T); valid (B,) rows taking part in statistics (False for padding rows).
     ``thresholds`` is updated in place when ``update_state`` (False: shape with frozen thresholds). ``order``:
     "update_then_apply" (default) shapes with the thresholds after this step's EMA update,
     "apply_then_update" with the previous ones (the first step then seeds and applies).
     """
+    outcome_advantages = grpo_advantages(
+        scores.to(torch.float32), group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=std_epsilon
+    )
     group_entropy, group_valid = compute_group_entropy(
         entropy_source, response_mask, group_index, num_groups, valid, estimator=estimator
     )

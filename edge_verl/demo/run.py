@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT_NAME
+from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT_NAME
 from edge_verl.demo import task, tiny
-from edge_verl.integration.cpu_overrides import CPU_OVERRIDES, cpu_environment
+from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, cpu_environment
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
@@ -95,7 +95,7 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
 
 
 # GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop).
-GEC_OVERRIDES = ("actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.seed=42")
+GEC_OVERRIDES = ("actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.enable=True")
 
 
 def algorithm_overrides(algorithm: str) -> list[str]:

@@ -11,11 +11,11 @@ import json
 import subprocess
 import sys
 
-from edge_verl.algorithms.gec import AGENT_NAME as GEC_AGENT_NAME
-from edge_verl.integration.cpu_overrides import cpu_backend_requested
+from edge_verl.integration import names
+from edge_verl.integration.cpu.overrides import cpu_backend_requested
 
-EXPECTED_ESTIMATORS: tuple[str, ...] = ("edge_eda", "gepo")
-EXPECTED_AGENT_LOOPS: tuple[str, ...] = (GEC_AGENT_NAME,)
+EXPECTED_ESTIMATORS: tuple[str, ...] = names.ESTIMATORS
+EXPECTED_AGENT_LOOPS: tuple[str, ...] = (names.GEC_AGENT_LOOP,)
 
 _PROBE = r"""
 import json, importlib.metadata as md
@@ -24,8 +24,10 @@ from verl.trainer.ppo import core_algos
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.plugin.platform import PlatformRegistry
 from verl.workers.rollout.replica import RolloutReplicaRegistry
-entry_points = [ep.value for ep in md.entry_points(group="verl.plugins") if ep.name == "edge_verl"]
+entry_points = [ep.value for ep in md.entry_points(group="verl.plugins") if ep.name.startswith("edge_verl")]
 from edge_verl.reward import compute_score
+from edge_verl.integration.internals import find_internal_mismatches
+from edge_verl.integration.trainer_hooks import VERL_INTERNALS
 print(json.dumps({
     "verl_version": verl.__version__,
     "entry_points": entry_points,
@@ -34,6 +36,7 @@ print(json.dumps({
     "platforms": sorted(PlatformRegistry.registered_names()),
     "rollouts": sorted(RolloutReplicaRegistry._registry),
     "reward_probe": compute_score("doctor", "so \\boxed{2}", "2")["score"],
+    "internals": find_internal_mismatches(VERL_INTERNALS),
 }))
 """
 
@@ -60,6 +63,7 @@ def find_problems(report: dict, cpu: bool) -> list[str]:
         problems.append("EDGE_VERL_CPU=1 but the 'cpu' platform is not registered")
     if cpu and "hf" not in report["rollouts"]:
         problems.append("EDGE_VERL_CPU=1 but the 'hf' rollout is not registered")
+    problems.extend(f"verl internal changed: {line}" for line in report["internals"])
     if report["reward_probe"] != 1.0:
         problems.append(f"edge_verl.reward.compute_score graded a correct answer {report['reward_probe']}")
     return problems

@@ -17,6 +17,9 @@ Injected tokens (phrase, answer text, solution) have no rollout log-probs. This 
 ``actor_rollout_ref.rollout.calculate_log_probs=False`` (VERL.md's first option): rollout-correction
 IS/RS then never sees made-up log-probs. Which tokens were injected travels in
 ``extra_fields["edge_verl_gec"]`` to the trainer hook that logs GEC's metrics.
+
+GEC's switch is ``algorithm.edge_gec.enable``; the trainer hooks check before the first rollout that the
+training data marks rows for this loop exactly when it is on (and that validation data marks none).
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from edge_verl.algorithms.gec import (
-    AGENT_NAME,
-    INFO_KEY,
     INJECT_ANSWER,
     REGENERATE,
     REPLACE_SOLUTION,
@@ -41,15 +43,13 @@ from edge_verl.algorithms.gec import (
     injected_answer_text,
 )
 from edge_verl.config import GecConfig
-from edge_verl.integration.estimators import bypass_mode_enabled, config_section
+from edge_verl.integration.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
+from edge_verl.integration.run import bypass_mode_enabled, gec_options
 
 
-def gec_config(config: Any) -> GecConfig:
-    return GecConfig.from_mapping(config_section(config.algorithm, AGENT_NAME))
-
-
-def check_gec_supported(config: Any) -> None:
-    """Refuse settings under which GEC's injected tokens would corrupt verl's bookkeeping."""
+def check_gec_supported(config: Any) -> GecConfig:
+    """Refuse settings under which GEC's injected tokens would corrupt verl's bookkeeping; the options."""
+    options = gec_options(config.algorithm)
     rollout = config.actor_rollout_ref.rollout
     if rollout.get("calculate_log_probs", False):
         raise ValueError(
@@ -58,7 +58,23 @@ def check_gec_supported(config: Any) -> None:
         )
     if bypass_mode_enabled(config.algorithm):
         raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
-    gec_config(config)
+    return options
+
+
+def sample_index(kwargs: dict) -> int:
+    """The response's index within its uid group, as the trainer numbered it.
+
+    v1 passes ``session_id`` (0..n-1); the legacy trainer's rollout gets ``SAMPLE_INDEX_COLUMN``, set on
+    the whole batch before verl splits it across agent-loop workers (trainer_hooks), so the index does
+    not depend on which worker runs the sample.
+    """
+    for key in ("session_id", SAMPLE_INDEX_COLUMN):
+        if kwargs.get(key) is not None:
+            return int(kwargs[key])
+    raise RuntimeError(
+        f"edge_gec got neither session_id (v1 trainer) nor {SAMPLE_INDEX_COLUMN} (legacy trainer, added by the "
+        "edge_verl plugin when algorithm.edge_gec.enable=True): decisions would not be reproducible."
+    )
 
 
 class _GroupVerdicts:
@@ -87,40 +103,50 @@ class _GroupVerdicts:
         return verdicts
 
 
-class _SampleIndex:
-    """Index of a response within its group. v1 passes ``session_id``; the legacy worker passes none, but
-    it starts the n loops of a uid in order, so claiming a counter before the first ``await`` reproduces
-    verl's own ``rollout_n`` numbering."""
+@dataclass(frozen=True)
+class _RunSetup:
+    """Per-run work done once per agent-loop worker process: options, reward function, EOS ids."""
 
-    _claimed: dict[str, int] = {}
-
-    @classmethod
-    def claim(cls, uid: str, kwargs: dict, group_size: int) -> int:
-        if kwargs.get("session_id") is not None:
-            return int(kwargs["session_id"])
-        index = cls._claimed.get(uid, 0)
-        cls._claimed[uid] = index + 1
-        if index + 1 >= group_size:
-            cls._claimed.pop(uid, None)
-        return index
+    config: Any
+    gec: GecConfig
+    reward_fn: Callable
+    eos_ids: frozenset[int]
 
 
-@register(AGENT_NAME)
+@register(GEC_AGENT_LOOP)
 class GecAgentLoop(SingleTurnAgentLoop):
-    """Single-turn sampling followed by EDGE-GRPO's Guided Error Correction (see module docstring)."""
+    """Single-turn sampling followed by EDGE-GRPO's Guided Error Correction (see module docstring).
+
+    verl builds one loop object per trajectory; the run's setup is shared through ``_setup`` (keyed by
+    the identity of verl's config object, which a worker keeps for its lifetime).
+    """
+
+    _setup: Optional[_RunSetup] = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        check_gec_supported(self.config)
-        self.gec = gec_config(self.config)
+        setup = GecAgentLoop._setup
+        if setup is None or setup.config is not self.config:
+            setup = GecAgentLoop._setup = self._make_setup()
+        self.gec = setup.gec
+        self.reward_fn = setup.reward_fn
+        self.eos_ids = setup.eos_ids
+        self.eos_id = min(setup.eos_ids)
+
+    def _make_setup(self) -> _RunSetup:
+        gec = check_gec_supported(self.config)
+        if not gec.enable:
+            raise ValueError(
+                "A training row selects the edge_gec agent loop (agent_name) but GEC is off: set "
+                "algorithm.edge_gec.enable=True, or train on data without agent_name=edge_gec."
+            )
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
-        self.reward_fn = get_custom_reward_fn(self.config)
-        if self.reward_fn is None:
+        reward_fn = get_custom_reward_fn(self.config)
+        if reward_fn is None:
             raise ValueError("edge_gec grades responses with reward.custom_reward_function; set its path and name.")
         eos = self.tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
-        self.eos_id = min(self.eos_ids)
+        return _RunSetup(self.config, gec, reward_fn, frozenset(eos if isinstance(eos, (list, tuple)) else [eos]))
 
     async def _grade(self, response_ids: list[int], kwargs: dict) -> float:
         """The run's reward for ``response_ids`` (a sync reward function runs in an executor thread)."""
@@ -143,7 +169,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         uid = str(kwargs.get("uid", ""))
-        index = _SampleIndex.claim(uid, kwargs, int(self.rollout_config.n))  # before any await: see _SampleIndex
+        index = sample_index(kwargs)
         output = await super().run(sampling_params, **kwargs)
         correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
         group = [correct]
@@ -185,7 +211,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
                 output.response_logprobs = None
                 info["injected_start"], info["injected_end"] = injected
         output.reward_score = None  # verl's reward loop scores the final response
-        output.extra_fields[INFO_KEY] = info
+        output.extra_fields[GEC_INFO_KEY] = info
         return output
 
     async def _apply(

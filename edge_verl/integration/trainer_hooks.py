@@ -1,61 +1,78 @@
 """Thin wrappers around verl 0.9.1 trainer internals; each unpacks, calls one plugin function, packs.
 
-They act only when ``algorithm.adv_estimator`` is one of this plugin's estimators (checkpoint state is
-saved for every run, it is a small JSON file). What each wrapper is for:
-- ``compute_advantage`` (``ray_trainer`` and ``v1.utils`` bindings): hand the batch's old_log_probs /
-  entropy to the estimator (verl passes neither) and drop the legacy entropy copy afterwards;
-- v1 ``PPOTrainer._compute_advantage``: fetch per-token ``entropy`` from the TransferQueue (v1 writes it
-  but does not read it back) and merge the estimator's metrics into the step's metrics;
+Every wrapper is gated on "this run uses one of the plugin's estimators, or GEC" (``TrainingRun``): a
+plain verl run with the plugin installed does exactly what it does without it (no extra TransferQueue
+fetch, no extra checkpoint file). What each wrapper is for:
+- both trainers' ``_load_checkpoint`` (before the first rollout): build the run's ``TrainingRun`` (options
+  parsed and validated once), check GEC's setup against the data, restore GEPO's thresholds on resume;
+  ``_save_checkpoint``: save them; ``fit``: make the run current (``active_run``) for the whole loop;
+- ``compute_advantage`` (``ray_trainer`` and ``v1.utils`` bindings): open the ``AdvantageStep`` that hands
+  the batch's old_log_probs / entropy to the estimator (verl passes neither);
+- v1 ``PPOTrainer._compute_advantage``: fetch per-token ``entropy`` from the TransferQueue when the
+  estimator needs it (v1 writes it but does not read it back), and add the estimator's metrics to the
+  step's metrics; v1 ``PPOTrainer._compute_metrics``: GEC's metrics from the rollout's extra_fields;
 - legacy ``RayPPOTrainer._compute_old_log_prob``: keep a copy of ``entropys``, which legacy pops;
-- legacy ``ray_trainer.compute_data_metrics``: merge the estimator's metrics into the step's metrics;
-- both trainers' ``_load_checkpoint`` (runs first in ``fit``): refuse unsupported settings before any
-  rollout, validate the options, restore GEPO's thresholds; ``_save_checkpoint``: save them.
-``VERL_INTERNALS`` lists every verl attribute used here; a test fails when an upgrade removes one.
+  legacy ``ray_trainer.compute_data_metrics``: the estimator's and GEC's metrics into the step's metrics;
+- legacy ``AgentLoopManager.generate_sequences``: number each response within its uid group before verl
+  splits the batch across agent-loop workers, so GEC's seeded decisions do not depend on the split.
+``VERL_INTERNALS`` lists every verl attribute used here with the parameters relied on; the internals
+test (and ``edge-verl doctor``) fail when an upgrade changes one.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Optional
 
-from edge_verl.algorithms.gec import AGENT_NAME as GEC_SECTION
-from edge_verl.algorithms.gec import INFO_KEY as GEC_INFO_KEY
-from edge_verl.integration import estimators, state
+import numpy as np
 
-VERL_INTERNALS: dict[str, tuple[str, ...]] = {
-    "verl.trainer.ppo.core_algos": ("register_adv_est", "ADV_ESTIMATOR_REGISTRY", "get_adv_estimator_fn"),
-    "verl.trainer.ppo.ray_trainer": (
-        "compute_advantage",
-        "compute_data_metrics",
-        "RayPPOTrainer._compute_old_log_prob",
-        "RayPPOTrainer._load_checkpoint",
-        "RayPPOTrainer._save_checkpoint",
-    ),
-    "verl.trainer.ppo.v1.utils": ("compute_advantage",),
-    "verl.trainer.ppo.v1.trainer_base": (
-        "tq",
-        "PPOTrainer._compute_advantage",
-        "PPOTrainer._load_checkpoint",
-        "PPOTrainer._save_checkpoint",
-        "PPOTrainer._compute_metrics",
-    ),
-    "verl.experimental.agent_loop.agent_loop": ("register", "_agent_loop_registry", "AgentLoopOutput"),
-    "verl.experimental.agent_loop.single_turn_agent_loop": ("SingleTurnAgentLoop",),
-    "verl.trainer.ppo.reward": ("get_custom_reward_fn",),
+from edge_verl.integration import estimators, names
+from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, prefixed
+from edge_verl.integration.state import restore_run_state, save_state
+
+# module -> attribute path -> the parameters relied on (functions: the leading parameters, in order;
+# classes: constructor fields that must exist). See edge_verl.integration.internals.
+VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
+    "verl.trainer.ppo.core_algos": {
+        "register_adv_est": ("name_or_enum",),
+        "get_adv_estimator_fn": ("name_or_enum",),
+        "ADV_ESTIMATOR_REGISTRY": (),
+    },
+    "verl.trainer.ppo.ray_trainer": {
+        "compute_advantage": ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
+        "compute_data_metrics": ("batch", "use_critic"),
+        "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
+        "RayPPOTrainer._load_checkpoint": ("self",),
+        "RayPPOTrainer._save_checkpoint": ("self",),
+        "RayPPOTrainer.fit": ("self",),
+    },
+    "verl.trainer.ppo.v1.utils": {
+        "compute_advantage": ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
+    },
+    "verl.trainer.ppo.v1.trainer_base": {
+        "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
+        "KVBatchMeta": ("keys", "tags", "partition_id"),
+        "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
+        "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
+        "PPOTrainer._load_checkpoint": ("self",),
+        "PPOTrainer._save_checkpoint": ("self",),
+        "PPOTrainer.fit": ("self", "agent_loop_manager"),
+    },
+    "verl.experimental.agent_loop.agent_loop": {
+        "register": ("agent_name",),
+        "_agent_loop_registry": (),
+        "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
+        "AgentLoopManager.generate_sequences": ("self", "prompts"),
+        "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
+    },
+    "verl.experimental.agent_loop.single_turn_agent_loop": {
+        "SingleTurnAgentLoop.run": ("self", "sampling_params"),
+    },
+    "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
 }
 
-ENTROPY_COPY_KEY = "edge_verl_entropys"
-
-
-def _gec_configured(config: Any) -> bool:
-    """GEC is in use when the run configures it (algorithm.edge_gec) or makes it the default loop."""
-    agent = config.actor_rollout_ref.rollout.get("agent", {}) or {}
-    return GEC_SECTION in config.algorithm or agent.get("default_agent_loop", None) == GEC_SECTION
-
-
-def _is_ours(config: Any) -> bool:
-    return config is not None and str(config.algorithm.adv_estimator) in estimators.ESTIMATORS
+_RUN_ATTRIBUTE = "_edge_verl_run"
 
 
 def _wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -67,92 +84,232 @@ def _wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
     setattr(owner, name, wrapper)
 
 
-# --- compute_advantage (both trainers) -------------------------------------------------------------------
+# --- the run: created before the first rollout, current during fit ---------------------------------------
+
+
+def agent_names(dataset: Any) -> Optional[list]:
+    """The ``agent_name`` column of a verl RL dataset ([] without the column; None when unreadable)."""
+    frame = getattr(dataset, "dataframe", None)
+    if frame is None or not hasattr(frame, "column_names"):
+        return None
+    return list(frame["agent_name"]) if "agent_name" in frame.column_names else []
+
+
+def check_gec_rows(
+    enabled: bool, default_agent_loop: Optional[str], train_agent_names: Optional[Iterable], val_agent_names: Optional[Iterable]
+) -> None:
+    """GEC's one switch (``algorithm.edge_gec.enable``) must agree with the data; errors say what to change."""
+    loop = names.GEC_AGENT_LOOP
+    if default_agent_loop == loop:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={loop} would correct validation responses too; "
+            f"keep verl's default loop, set algorithm.edge_gec.enable=True and mark TRAINING rows with agent_name={loop}."
+        )
+    if val_agent_names is not None and loop in set(val_agent_names):
+        raise ValueError(f"The validation data marks rows with agent_name={loop}: validation must never be corrected.")
+    if train_agent_names is None:
+        return
+    has_gec_rows = loop in set(train_agent_names)
+    if enabled and not has_gec_rows:
+        raise ValueError(
+            f"algorithm.edge_gec.enable=True but no training row has agent_name={loop}, so GEC would never run: "
+            "train on the *_gec.parquet files of scripts/prepare_data.py (or add that column)."
+        )
+    if has_gec_rows and not enabled:
+        raise ValueError(
+            f"The training data marks rows with agent_name={loop} but GEC is off: set algorithm.edge_gec.enable=True "
+            "(EDGE-GRPO), or train on data without that column."
+        )
+
+
+def check_run_config(config: Any) -> TrainingRun:
+    """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
+    run = TrainingRun.from_config(config.algorithm)
+    if run.gec_enabled:
+        from edge_verl.integration.gec_agent_loop import check_gec_supported
+
+        check_gec_supported(config)
+    return run
+
+
+def start_run(trainer: Any) -> TrainingRun:
+    """The run's ``TrainingRun`` from its config, checked against its data; attached to the trainer."""
+    config = trainer.config
+    run = check_run_config(config)
+    agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
+    check_gec_rows(
+        run.gec_enabled,
+        agent.get("default_agent_loop", None),
+        agent_names(getattr(trainer, "train_dataset", None)),
+        agent_names(getattr(trainer, "val_dataset", None)),
+    )
+    setattr(trainer, _RUN_ATTRIBUTE, run)
+    return run
+
+
+def run_of(trainer: Any) -> TrainingRun:
+    run = getattr(trainer, _RUN_ATTRIBUTE, None)
+    return run if run is not None else start_run(trainer)
+
+
+def _resumed_folder(trainer: Any) -> Optional[str]:
+    if trainer.global_steps <= 0:
+        return None
+    config = trainer.config.trainer
+    if config.resume_mode == "resume_path":
+        folder = config.resume_from_path
+    else:
+        folder = os.path.join(config.default_local_dir, f"global_step_{trainer.global_steps}")
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+
+def _make_load_checkpoint(original: Callable) -> Callable:
+    def _load_checkpoint(self, *args, **kwargs):
+        run = run_of(self)
+        result = original(self, *args, **kwargs)
+        folder = _resumed_folder(self)
+        if folder is not None:
+            restore_run_state(run, folder)
+        return result
+
+    return _load_checkpoint
+
+
+def _make_save_checkpoint(original: Callable) -> Callable:
+    def _save_checkpoint(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        run = run_of(self)
+        if run.thresholds is not None:
+            save_state(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"), run.state_dict())
+        return result
+
+    return _save_checkpoint
+
+
+def _make_fit(original: Callable) -> Callable:
+    def fit(self, *args, **kwargs):
+        with active_run(run_of(self)):
+            return original(self, *args, **kwargs)
+
+    return fit
+
+
+# --- the advantage step (both trainers) --------------------------------------------------------------------
+
+
+def _needs_entropy(run: Optional[TrainingRun]) -> bool:
+    if run is None or run.options is None:
+        return False
+    return run.estimator == names.EDA_ESTIMATOR or run.options.group_entropy == "token_entropy"
 
 
 def _make_compute_advantage(original: Callable) -> Callable:
     def compute_advantage(data, adv_estimator, *args, **kwargs):
-        if str(adv_estimator) not in estimators.ESTIMATORS:
+        if str(adv_estimator) not in names.ESTIMATORS:
             return original(data, adv_estimator, *args, **kwargs)
-        handed = {key: data.batch[key] for key in ("old_log_probs", *estimators.ENTROPY_KEYS) if key in data.batch.keys()}
-        estimators.add_pending_inputs(**handed)
-        try:
+        batch = data.batch
+        inputs = {ours: batch[key] for key, ours in estimators.BATCH_KEYS.items() if key in batch.keys()}
+        if names.ENTROPY_COPY_KEY in batch.keys():
+            inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
+        outermost = current_step() is None
+        with advantage_step(**inputs) as step:
             data = original(data, adv_estimator, *args, **kwargs)
-        finally:
-            estimators.clear_pending_inputs()
-        if ENTROPY_COPY_KEY in data.batch.keys():
-            data.batch.pop(ENTROPY_COPY_KEY)
+        run = current_run()
+        if outermost and run is not None:  # legacy trainer: compute_data_metrics collects them
+            run.pending_metrics.update(step.metrics)
         return data
 
     return compute_advantage
 
 
-# --- v1 trainer -----------------------------------------------------------------------------------------
-
-
 def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
-    def _compute_advantage(self, batch, metrics):
-        if not _is_ours(self.config):
-            return original(self, batch, metrics)
-        fetched = tq_module.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"]
-        )
-        estimators.add_pending_inputs(entropy=fetched.to_padded_tensor()["entropy"])
-        result = original(self, batch, metrics)
-        metrics.update(estimators.pop_pending_metrics())
+    def _compute_advantage(self, batch, metrics, *args, **kwargs):
+        run = run_of(self)
+        if not run.uses_plugin_estimator:
+            return original(self, batch, metrics, *args, **kwargs)
+        entropy = None
+        if _needs_entropy(run):
+            fetched = tq_module.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
+            entropy = fetched.to_padded_tensor()["entropy"]
+        with advantage_step(entropy=entropy) as step:
+            result = original(self, batch, metrics, *args, **kwargs)
+        metrics.update(step.metrics)
         return result
 
     return _compute_advantage
 
 
+# --- GEC's metrics and sample numbering ------------------------------------------------------------------
+
+
+def _gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
+    from edge_verl.algorithms.gec import summarize_corrections
+
+    return prefixed(summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs))
+
+
 def _make_v1_compute_metrics(original: Callable, tq_module: Any) -> Callable:
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        extra_fields = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        infos = [fields.get(GEC_INFO_KEY) if isinstance(fields, dict) else None for fields in extra_fields.pop("extra_fields").tolist()]
-        if not any(info is not None for info in infos):  # no row ran the GEC loop this step
+        if not run_of(self).gec_enabled:
             return result
-        data = tq_module.kv_batch_get(
-            keys=keys, partition_id=batch.partition_id, select_fields=["uid", "rm_scores", "response_mask", "old_log_probs"]
-        )
+        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+        fields = ["extra_fields", "uid", "rm_scores", "response_mask", "old_log_probs"]
+        data = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
+        infos = [extra.get(names.GEC_INFO_KEY) if isinstance(extra, dict) else None for extra in data.pop("extra_fields").tolist()]
         uids = [str(uid) for uid in data.pop("uid").tolist()]
         padded = data.to_padded_tensor()
-        metrics.update(
-            _gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"])
-        )
+        metrics.update(_gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"]))
         return result
 
     return _compute_metrics
 
 
-# --- legacy trainer -------------------------------------------------------------------------------------
+def sample_index_within_group(uids: Iterable) -> np.ndarray:
+    """(B,) index of each row among the rows of its uid so far, in batch order: 0, 1, ... per group."""
+    seen: dict[str, int] = {}
+    index = []
+    for uid in uids:
+        index.append(seen.get(uid, 0))
+        seen[uid] = index[-1] + 1
+    return np.asarray(index, dtype=np.int64)
+
+
+def _make_generate_sequences(original: Callable) -> Callable:
+    def generate_sequences(self, prompts, *args, **kwargs):
+        run = current_run()
+        training = not prompts.meta_info.get("validate", False)
+        if run is not None and run.gec_enabled and training and "uid" in prompts.non_tensor_batch:
+            prompts.non_tensor_batch[names.SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
+        return original(self, prompts, *args, **kwargs)
+
+    return generate_sequences
+
+
+# --- legacy trainer ----------------------------------------------------------------------------------------
 
 
 def _make_legacy_old_log_prob(original: Callable) -> Callable:
     def _compute_old_log_prob(self, batch, *args, **kwargs):
         output = original(self, batch, *args, **kwargs)
         old_log_prob = output[0] if isinstance(output, tuple) else output
-        if _is_ours(self.config) and "entropys" in old_log_prob.batch.keys():
-            old_log_prob.batch[ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
+        if _needs_entropy(run_of(self)) and "entropys" in old_log_prob.batch.keys():
+            old_log_prob.batch[names.ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
         return output
 
     return _compute_old_log_prob
 
 
-def _gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
-    from edge_verl.algorithms.gec import summarize_corrections
-
-    metrics = summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs)
-    return {f"{estimators.METRIC_PREFIX}/{key}": value for key, value in metrics.items()}
-
-
 def _make_compute_data_metrics(original: Callable) -> Callable:
     def compute_data_metrics(*args, **kwargs):
         metrics = original(*args, **kwargs)
-        metrics.update(estimators.pop_pending_metrics())
+        run = current_run()
+        if run is None or not run.is_ours:
+            return metrics
+        metrics.update(run.pending_metrics)
+        run.pending_metrics.clear()
         batch = kwargs.get("batch", args[0] if args else None)
-        infos = batch.non_tensor_batch.get(GEC_INFO_KEY) if batch is not None else None
+        infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY) if batch is not None else None
         if infos is not None:  # legacy trainer: agent-loop extra_fields are non-tensor columns
             metrics.update(
                 _gec_metrics(
@@ -168,69 +325,19 @@ def _make_compute_data_metrics(original: Callable) -> Callable:
     return compute_data_metrics
 
 
-# --- checkpoints (both trainers) ------------------------------------------------------------------------
-
-
-def _resumed_folder(trainer: Any) -> str | None:
-    if trainer.global_steps <= 0:
-        return None
-    config = trainer.config.trainer
-    if config.resume_mode == "resume_path":
-        folder = config.resume_from_path
-    else:
-        folder = os.path.join(config.default_local_dir, f"global_step_{trainer.global_steps}")
-    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
-
-
-def validate_run_config(config: Any) -> None:
-    """Fail before the first rollout on settings the estimators cannot run with."""
-    if _gec_configured(config):
-        from edge_verl.integration.gec_agent_loop import check_gec_supported
-
-        check_gec_supported(config)
-    estimator = str(config.algorithm.adv_estimator)
-    if estimator not in estimators.ESTIMATORS:
-        return
-    estimators.check_supported(config.algorithm, estimator)
-    if estimator == estimators.EDA_NAME:
-        estimators.eda_config(config.algorithm)
-    else:
-        estimators.gepo_config(config.algorithm)
-
-
-def _make_load_checkpoint(original: Callable) -> Callable:
-    def _load_checkpoint(self, *args, **kwargs):
-        validate_run_config(self.config)
-        state.reset_state()
-        result = original(self, *args, **kwargs)
-        folder = _resumed_folder(self)
-        if folder is not None:
-            uses_gepo = str(self.config.algorithm.adv_estimator) == estimators.GEPO_NAME
-            state.load_state(folder, estimators.gepo_config(self.config.algorithm) if uses_gepo else None)
-        return result
-
-    return _load_checkpoint
-
-
-def _make_save_checkpoint(original: Callable) -> Callable:
-    def _save_checkpoint(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        state.save_state(folder)
-        return result
-
-    return _save_checkpoint
-
-
-# --- installation ---------------------------------------------------------------------------------------
+# --- installation (edge_verl.integration.plugin runs these when verl imports each module) -----------------
 
 
 def patch_ray_trainer(module: Any) -> None:
     _wrap(module, "compute_advantage", _make_compute_advantage)
     _wrap(module, "compute_data_metrics", _make_compute_data_metrics)
-    _wrap(module.RayPPOTrainer, "_compute_old_log_prob", _make_legacy_old_log_prob)
-    _wrap(module.RayPPOTrainer, "_load_checkpoint", _make_load_checkpoint)
-    _wrap(module.RayPPOTrainer, "_save_checkpoint", _make_save_checkpoint)
+    for name, make in (
+        ("_compute_old_log_prob", _make_legacy_old_log_prob),
+        ("_load_checkpoint", _make_load_checkpoint),
+        ("_save_checkpoint", _make_save_checkpoint),
+        ("fit", _make_fit),
+    ):
+        _wrap(module.RayPPOTrainer, name, make)
 
 
 def patch_v1_utils(module: Any) -> None:
@@ -238,18 +345,22 @@ def patch_v1_utils(module: Any) -> None:
 
 
 def patch_v1_trainer_base(module: Any) -> None:
-    _wrap(module.PPOTrainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
-    _wrap(module.PPOTrainer, "_load_checkpoint", _make_load_checkpoint)
-    _wrap(module.PPOTrainer, "_save_checkpoint", _make_save_checkpoint)
-    _wrap(module.PPOTrainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
+    trainer = module.PPOTrainer
+    _wrap(trainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
+    _wrap(trainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
+    _wrap(trainer, "_load_checkpoint", _make_load_checkpoint)
+    _wrap(trainer, "_save_checkpoint", _make_save_checkpoint)
+    _wrap(trainer, "fit", _make_fit)
 
 
-def register_gec_agent_loop(module: Any) -> None:
+def patch_agent_loop(module: Any) -> None:
     from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
+
+    _wrap(module.AgentLoopManager, "generate_sequences", _make_generate_sequences)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
-    "verl.experimental.agent_loop.agent_loop": register_gec_agent_loop,
+    "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,
     "verl.trainer.ppo.ray_trainer": patch_ray_trainer,
     "verl.trainer.ppo.v1.utils": patch_v1_utils,

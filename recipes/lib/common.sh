@@ -113,10 +113,11 @@ MEGATRON_ARGS=(
     actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$MEGATRON_TP"
     actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$MEGATRON_PP"
 )
-# Methods that run GEC: training rows carry agent_name=edge_gec (scripts/prepare_data.py writes
+# Methods that run GEC: one switch (edge_gec.enable); training rows must carry agent_name=edge_gec (scripts/prepare_data.py writes
 # *_gec.parquet); injected tokens have no rollout log-probs, so those are off.
 GEC_ARGS=(
     actor_rollout_ref.rollout.calculate_log_probs=False
+    +algorithm.edge_gec.enable=True
     +algorithm.edge_gec.seed="$SEED"
 )
 

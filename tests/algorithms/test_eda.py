@@ -17,7 +17,7 @@ def _batch(uids, scores, entropy, mask):
         response_mask=torch.tensor(mask, dtype=torch.float32),
         group_index=group_index,
         num_groups=num_groups,
-        is_pad=is_pad,
+        valid=~is_pad,
     )
 
 
@@ -36,7 +36,7 @@ def test_eda_reduces_to_grpo_when_entropies_are_equal():
     uids = [f"u{i // 8}" for i in range(64)]
     batch = _batch(uids, rng.integers(0, 2, 64).tolist(), np.full((64, 5), 0.7).tolist(), np.ones((64, 5)).tolist())
     result = compute_eda_advantages(**batch, std_epsilon=1e-6)
-    grpo = grpo_advantages(batch["scores"], batch["group_index"], batch["num_groups"], ~batch["is_pad"], epsilon=1e-6)
+    grpo = grpo_advantages(batch["scores"], batch["group_index"], batch["num_groups"], batch["valid"], epsilon=1e-6)
     torch.testing.assert_close(result.advantages, grpo[:, None].expand(-1, 5).contiguous())
 
 

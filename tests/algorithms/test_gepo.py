@@ -54,18 +54,20 @@ def test_pooling_worked_example_token_pooled_vs_mean_of_means():
     assert float(means) == pytest.approx(1.25)
 
 
-def _three_groups(advantages):
-    # groups with token-pooled entropies exactly 1, 2, 3 (one token each response, log-prob = -H)
+def _three_groups(scores):
+    # groups with token-pooled entropies exactly 1, 2, 3 (one token each response, log-prob = -H); with
+    # norm_by_std=False a group's scores (s, -s) give GRPO advantages (s, -s) (group mean 0)
     uids = ["a", "a", "b", "b", "c", "c"]
     group_index, num_groups, is_pad = group_index_from_uids(uids)
     log_probs = torch.tensor([[-1.0], [-1.0], [-2.0], [-2.0], [-3.0], [-3.0]])
     return dict(
-        outcome_advantages=torch.tensor(advantages),
+        scores=torch.tensor(scores),
         entropy_source=log_probs,
         response_mask=torch.ones(6, 1),
         group_index=group_index,
         num_groups=num_groups,
         valid=~is_pad,
+        norm_by_std=False,
     )
 
 
@@ -139,3 +141,13 @@ def test_gepo_never_produces_nan_or_inf_and_leaves_masked_tokens_zero(seed):
     assert torch.isfinite(result.advantages).all()
     assert torch.all(result.advantages[mask == 0] == 0)
     assert torch.all(result.advantages[is_pad] == 0)
+
+
+def test_gepo_from_scores_uses_grpos_normalised_advantage():
+    # scores (1, 0) in each group: GRPO A = (+0.70711, -0.70711) (unbiased std 0.70711, epsilon 1e-6);
+    # group entropies 1, 2, 3 as above, so only group a's positive (x0.5) and group c's negative (x0.2) move.
+    batch = dict(_three_groups([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]), norm_by_std=True)
+    result = compute_gepo_advantages(**batch, thresholds=GepoThresholds())
+    a = 0.5 / (0.5**0.5 + 1e-6)  # (1 - 0.5) / (std 0.70711 + epsilon) = 0.70711
+    assert result.outcome_advantages.tolist() == pytest.approx([a, -a] * 3, rel=1e-6)
+    assert result.shaped_outcome_advantages.tolist() == pytest.approx([0.5 * a, -a, a, -a, a, -0.2 * a], rel=1e-5)

@@ -29,7 +29,7 @@ def test_edge_is_eda_plus_gec_with_rollout_log_probs_off():
     assert algorithm_overrides("gepo") == ["algorithm.adv_estimator=gepo"]
     edge = algorithm_overrides("edge")
     assert edge[0] == "algorithm.adv_estimator=edge_eda"
-    assert "actor_rollout_ref.rollout.calculate_log_probs=False" in edge and "+algorithm.edge_gec.seed=42" in edge
+    assert "actor_rollout_ref.rollout.calculate_log_probs=False" in edge and "+algorithm.edge_gec.enable=True" in edge
 
 
 def test_rows_carry_answer_and_solution_for_gec():

@@ -51,3 +51,21 @@ def test_gepo_legacy_run_logs_metrics_and_saves_thresholds(run_cpu_demo):
         assert f"edge_verl/gepo/{key}" in rows[-1]
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
     assert saved["gepo_thresholds"]["num_updates"] == 2
+
+
+def test_plain_grpo_run_with_the_plugin_installed_writes_nothing_of_ours(run_cpu_demo):
+    out, rows = run_cpu_demo("grpo_plain", algorithm="grpo", trainer="v1", steps=1, save_freq=1)
+    assert (out / "checkpoints" / "global_step_1").is_dir()
+    assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
+    assert not [key for row in rows for key in row if key.startswith("edge_verl/")]
+
+
+def test_gec_switched_on_without_gec_rows_fails_before_the_first_rollout(tmp_path):
+    # The demo's edge_eda data has no agent_name column: GEC would silently never run.
+    config = DemoConfig(out=tmp_path, algorithm="edge_eda", steps=1, extra_overrides=[
+        "+algorithm.edge_gec.enable=True", "actor_rollout_ref.rollout.calculate_log_probs=False"])
+    result = run_demo(config)
+    log = (tmp_path / "verl.log").read_text()
+    assert result["returncode"] != 0
+    assert "no training row has agent_name=edge_gec" in log
+    assert not result["rows"], "no training step may run"

@@ -57,7 +57,7 @@ def test_plugin_import_is_cheap_and_imports_no_trainer_module():
     code = (
         "import sys, time; t = time.perf_counter(); import edge_verl.integration.plugin; "
         "print(round(time.perf_counter() - t, 3), 'verl.trainer.ppo.ray_trainer' in sys.modules, "
-        "'edge_verl.integration.cpu_platform' in sys.modules)"
+        "'edge_verl.integration.cpu.platform' in sys.modules)"
     )
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert output[1:] == ["False", "False"], output

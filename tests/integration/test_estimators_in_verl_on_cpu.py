@@ -12,7 +12,8 @@ from verl.trainer.ppo.v1 import utils as v1_utils  # noqa: E402
 
 from edge_verl.algorithms.eda import compute_eda_advantages  # noqa: E402
 from edge_verl.algorithms.group_stats import group_index_from_uids  # noqa: E402
-from edge_verl.integration import estimators, state  # noqa: E402
+from edge_verl.integration import estimators  # noqa: E402
+from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -41,12 +42,9 @@ def _config(**sections):
     return OmegaConf.create({"adv_estimator": "x", "norm_adv_by_std_in_grpo": True, **sections})
 
 
-@pytest.fixture(autouse=True)
-def _fresh_state():
-    state.reset_state()
-    estimators.pop_pending_metrics()
-    yield
-    state.reset_state()
+def _in_run(config, estimator):
+    """A training run as verl's trainers open it (the plugin's fit wrapper)."""
+    return active_run(TrainingRun.from_config(OmegaConf.merge(config, {"adv_estimator": estimator})))
 
 
 def test_estimators_are_registered_by_import_verl():
@@ -63,33 +61,56 @@ def test_verl_compute_advantage_runs_edge_eda_with_either_entropy_name(entropy_k
     group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
     expected = compute_eda_advantages(
         data.batch["token_level_rewards"].sum(-1), expected_entropy, data.batch["response_mask"],
-        group_index, num_groups, is_pad,
+        group_index, num_groups, ~is_pad,
     )
     torch.testing.assert_close(out.batch["advantages"], expected.advantages)
     assert torch.all(out.batch["advantages"][:, 4:] == 0)
 
 
-def test_edge_eda_metrics_are_published_for_the_step():
-    ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
-    metrics = estimators.pop_pending_metrics()
+def test_edge_eda_metrics_are_handed_to_the_run_for_the_step():
+    with _in_run(_config(), "edge_eda") as run:
+        ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
     for key in ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max"):
-        assert f"edge_verl/edge_eda/{key}" in metrics
-    assert estimators.pop_pending_metrics() == {}
+        assert f"edge_verl/edge_eda/{key}" in run.pending_metrics
 
 
-def test_gepo_through_verl_updates_thresholds_once_per_call_and_publishes_metrics():
+def test_gepo_through_verl_updates_the_runs_thresholds_once_per_call_and_reports_metrics():
     config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2})
-    ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
-    ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
-    thresholds = state.gepo_thresholds(estimators.gepo_config(config))
-    assert thresholds.num_updates == 2
-    metrics = estimators.pop_pending_metrics()
-    assert metrics["edge_verl/gepo/h_low"] == pytest.approx(thresholds.h_low)
-    assert 0.0 <= metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
+    with _in_run(config, "gepo") as run:
+        ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
+        ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
+    assert run.thresholds.num_updates == 2
+    assert run.pending_metrics["edge_verl/gepo/h_low"] == pytest.approx(run.thresholds.h_low)
+    assert run.pending_metrics["edge_verl/gepo/ema_updates"] == 2
+    assert 0.0 <= run.pending_metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
+
+
+def test_two_runs_keep_separate_thresholds():
+    config = _config()
+    with _in_run(config, "gepo") as first:
+        ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
+    with _in_run(config, "gepo") as second:
+        ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
+    assert first.thresholds.num_updates == second.thresholds.num_updates == 1
+    assert first.thresholds.h_low != second.thresholds.h_low
+
+
+def test_gepo_outside_a_training_run_says_where_its_state_lives():
+    with pytest.raises(RuntimeError, match="training state"):
+        ray_trainer.compute_advantage(_data(), adv_estimator="gepo", config=_config())
+
+
+def test_an_exception_in_the_estimator_leaves_no_step_open():
+    from edge_verl.integration.run import current_step
+
+    with pytest.raises(KeyError):
+        ray_trainer.compute_advantage(_data(with_entropy=False), adv_estimator="edge_eda", config=_config())
+    assert current_step() is None
 
 
 def test_padding_rows_get_zero_advantage_and_no_nan():
-    out = ray_trainer.compute_advantage(_data(pad_rows=3), adv_estimator="gepo", config=_config())
+    with _in_run(_config(), "gepo"):
+        out = ray_trainer.compute_advantage(_data(pad_rows=3), adv_estimator="gepo", config=_config())
     assert torch.isfinite(out.batch["advantages"]).all()
     assert torch.all(out.batch["advantages"][-3:] == 0)
 
@@ -100,7 +121,7 @@ def test_missing_entropy_is_an_error_naming_what_to_change():
 
 
 def test_missing_old_log_probs_is_an_error_for_gepo():
-    with pytest.raises(KeyError, match="old_log_probs"):
+    with _in_run(_config(), "gepo"), pytest.raises(KeyError, match="old_log_probs"):
         ray_trainer.compute_advantage(_data(with_old_log_probs=False), adv_estimator="gepo", config=_config())
 
 
@@ -118,5 +139,6 @@ def test_bad_option_from_the_algorithm_config_is_rejected():
 
 def test_grpo_is_left_to_verl():
     data = _data()
-    out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
-    assert "advantages" in out.batch.keys() and estimators.pop_pending_metrics() == {}
+    with _in_run(_config(), "grpo") as run:
+        out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
+    assert "advantages" in out.batch.keys() and run.pending_metrics == {}

@@ -7,15 +7,9 @@ import pytest
 pytest.importorskip("verl")
 from omegaconf import OmegaConf  # noqa: E402
 
-from edge_verl.integration.gec_agent_loop import _GroupVerdicts, _SampleIndex, check_gec_supported, gec_config  # noqa: E402
+from edge_verl.integration.gec_agent_loop import _GroupVerdicts, check_gec_supported  # noqa: E402
 
 pytestmark = pytest.mark.verl
-
-
-def test_sample_index_uses_v1_session_id_or_numbers_legacy_loops_in_start_order():
-    assert _SampleIndex.claim("u1", {"session_id": 5}, 4) == 5
-    assert [_SampleIndex.claim("u2", {}, 3) for _ in range(3)] == [0, 1, 2]
-    assert _SampleIndex.claim("u2", {}, 3) == 0  # the counter was released after a full group
 
 
 def test_group_verdicts_wait_for_every_sibling():
@@ -37,7 +31,52 @@ def _config(**rollout):
 
 
 def test_gec_refuses_rollout_log_probs_and_reads_its_options():
-    check_gec_supported(_config())
-    assert gec_config(_config()).seed == 1
+    assert check_gec_supported(_config()).seed == 1
     with pytest.raises(ValueError, match="calculate_log_probs=False"):
         check_gec_supported(_config(calculate_log_probs=True))
+
+
+def _loop_config(enable=True):
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"calculate_log_probs": False, "n": 2, "prompt_length": 8, "response_length": 8}},
+            "algorithm": {"edge_gec": {"enable": enable}},
+            "reward": {"custom_reward_function": {"path": "pkg://edge_verl.reward", "name": "compute_score"}},
+            "data": {},
+        }
+    )
+
+
+def _make_loop(config, tokenizer):
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from edge_verl.integration.gec_agent_loop import GecAgentLoop
+
+    return GecAgentLoop(
+        trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=tokenizer, processor=None,
+        dataset_cls=None, data_config=DictConfigWrap(config.data),
+    )
+
+
+def test_the_runs_setup_is_done_once_per_worker_not_once_per_sample(tmp_path, monkeypatch):
+    from verl.trainer.ppo import reward
+
+    from edge_verl.demo.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path)
+    loads = []
+    real = reward.get_custom_reward_fn
+    monkeypatch.setattr(reward, "get_custom_reward_fn", lambda config: loads.append(config) or real(config))
+    config = _loop_config()
+    loops = [_make_loop(config, tokenizer) for _ in range(5)]  # verl builds one loop per trajectory
+    assert len(loads) == 1 and len({id(loop.reward_fn) for loop in loops}) == 1
+    assert loops[0].eos_id == tokenizer.eos_token_id
+    _make_loop(_loop_config(), tokenizer)  # another run (a new config object) sets up afresh
+    assert len(loads) == 2
+
+
+def test_a_gec_row_in_a_run_without_the_switch_is_refused(tmp_path):
+    from edge_verl.demo.tiny import build_tokenizer
+
+    with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
+        _make_loop(_loop_config(enable=False), build_tokenizer(tmp_path))

@@ -42,7 +42,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from edge_verl.integration.trainer_hooks import validate_run_config
+    from edge_verl.integration.trainer_hooks import check_run_config
 
     config_name, overrides = recipe_overrides(recipe)
     for override in overrides:
@@ -57,7 +57,8 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.actor_rollout_ref.actor.optim)
-    validate_run_config(config)
+    run = check_run_config(config)
+    assert run.gec_enabled == ("edge_" in recipe.name), "EDGE recipes switch GEC on, the others leave it off"
 
 
 def test_user_overrides_come_last_and_win():

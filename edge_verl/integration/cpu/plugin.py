@@ -1,0 +1,27 @@
+"""Entry point ``edge_verl_cpu`` of the ``verl.plugins`` group: registers the CPU backend in this verl
+process when, and only when, it runs with ``EDGE_VERL_CPU=1`` (see ``edge_verl.integration.cpu``)."""
+
+from __future__ import annotations
+
+import os
+
+from edge_verl.integration.cpu.overrides import cpu_backend_requested
+
+
+def register_cpu_backend() -> None:
+    """CPU platform (gloo) + HF rollout in verl's registries."""
+    os.environ.setdefault("VERL_PLATFORM", "cpu")
+    # verl's engine registry keys the FSDP engine by device "cuda"; the engine itself follows the platform.
+    os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from edge_verl.integration.cpu import hf_rollout, platform  # platform registers "cpu" on import
+
+    platform.patch_init_process_group()
+    rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
+    RolloutReplicaRegistry.register(hf_rollout.ROLLOUT_NAME, lambda: hf_rollout.HFRolloutReplica)
+
+
+if cpu_backend_requested():
+    register_cpu_backend()

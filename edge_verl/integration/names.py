@@ -1,0 +1,32 @@
+"""The names edge_verl uses in verl's vocabulary: registry keys, config sections, batch columns, metrics.
+
+Plain constants, no verl import, so the demo, the data preparation and the doctor can use them without
+importing verl. Everything verl-facing is spelt here once.
+"""
+
+from __future__ import annotations
+
+# Advantage estimators in verl's core_algos registry (``algorithm.adv_estimator``); each also names the
+# config section of its options (``algorithm.edge_eda.*``, ``algorithm.gepo.*``).
+EDA_ESTIMATOR = "edge_eda"
+GEPO_ESTIMATOR = "gepo"
+ESTIMATORS = (EDA_ESTIMATOR, GEPO_ESTIMATOR)
+
+# Guided Error Correction: the agent loop in verl's agent-loop registry, selected per training row by
+# the data's ``agent_name`` column; its options live under ``algorithm.edge_gec`` (switch: ``enable``).
+GEC_AGENT_LOOP = "edge_gec"
+GEC_SECTION = "edge_gec"
+# ``AgentLoopOutput.extra_fields`` key under which the loop reports each response's correction.
+GEC_INFO_KEY = "edge_verl_gec"
+# Non-tensor column the legacy trainer's rollout gets before the batch is split across agent-loop
+# workers: each response's index within its uid group (v1 passes ``session_id`` instead).
+SAMPLE_INDEX_COLUMN = "edge_verl_sample_index"
+
+# Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
+ENTROPY_COPY_KEY = "edge_verl_entropys"
+
+# Prefix of every metric the plugin adds to verl's step metrics.
+METRIC_PREFIX = "edge_verl"
+
+# File written into each ``global_step_N`` checkpoint folder of a GEPO run.
+STATE_FILE = "edge_verl_state.json"

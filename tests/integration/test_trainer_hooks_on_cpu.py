@@ -1,0 +1,224 @@
+"""The trainer wrappers in-process, with stand-ins only for what verl would call around them (the
+TransferQueue client, the wrapped original): gating, GEC's one switch, sample numbering, checkpoints."""
+
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+from omegaconf import OmegaConf  # noqa: E402
+from verl import DataProto  # noqa: E402
+
+from edge_verl.algorithms.gec import decision_rng  # noqa: E402
+from edge_verl.integration import names, trainer_hooks  # noqa: E402
+from edge_verl.integration.gec_agent_loop import sample_index  # noqa: E402
+from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
+
+pytestmark = pytest.mark.verl
+
+
+def _config(estimator="grpo", gec=None, calculate_log_probs=False, default_agent_loop="single_turn_agent", tmp_path="."):
+    algorithm = {"adv_estimator": estimator}
+    if gec is not None:
+        algorithm["edge_gec"] = gec
+    return OmegaConf.create(
+        {
+            "algorithm": algorithm,
+            "actor_rollout_ref": {
+                "rollout": {"calculate_log_probs": calculate_log_probs, "n": 4, "agent": {"default_agent_loop": default_agent_loop}}
+            },
+            "trainer": {"default_local_dir": str(tmp_path)},
+        }
+    )
+
+
+class _Frame:
+    """The part of an HF ``datasets.Dataset`` the GEC check reads."""
+
+    def __init__(self, agent_names=None):
+        self._columns = {} if agent_names is None else {"agent_name": agent_names}
+        self.column_names = list(self._columns)
+
+    def __getitem__(self, column):
+        return self._columns[column]
+
+
+def _trainer(config, train=None, val=None):
+    return SimpleNamespace(
+        config=config,
+        train_dataset=SimpleNamespace(dataframe=_Frame(train)),
+        val_dataset=SimpleNamespace(dataframe=_Frame(val)),
+        global_steps=1,
+    )
+
+
+class _RecordingTQ:
+    def __init__(self):
+        self.calls = []
+
+    def kv_batch_get(self, **kwargs):
+        self.calls.append(kwargs)
+        raise AssertionError("a plugin hook fetched from the TransferQueue")
+
+
+_BATCH = SimpleNamespace(keys=["k0"], tags=[{}], partition_id="train")
+
+
+# --- a plain verl run is untouched -------------------------------------------------------------------------
+
+
+def test_plain_grpo_step_makes_no_transfer_queue_fetch_and_writes_no_file(tmp_path):
+    tq, called = _RecordingTQ(), []
+    trainer = _trainer(_config("grpo", tmp_path=tmp_path))
+
+    def original(self, batch, metrics, *args):
+        called.append(batch)
+        return batch
+
+    advantage = trainer_hooks._make_v1_compute_advantage(original, tq)
+    compute_metrics = trainer_hooks._make_v1_compute_metrics(original, tq)
+    save = trainer_hooks._make_save_checkpoint(lambda self: None)
+    metrics = {}
+    assert advantage(trainer, _BATCH, metrics) is _BATCH
+    compute_metrics(trainer, _BATCH, metrics, {}, 1, 0)
+    save(trainer)
+    assert tq.calls == [] and len(called) == 2 and metrics == {}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gepo_with_pooled_log_probs_fetches_nothing_extra_and_saves_its_thresholds(tmp_path):
+    tq = _RecordingTQ()
+    trainer = _trainer(_config("gepo", tmp_path=tmp_path))
+    trainer_hooks._make_v1_compute_advantage(lambda self, batch, metrics: batch, tq)(trainer, _BATCH, {})
+    trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
+    assert tq.calls == []
+    assert (tmp_path / "global_step_1" / names.STATE_FILE).exists()
+
+
+def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
+    class TQ:
+        calls = []
+
+        def kv_batch_get(self, **kwargs):
+            self.calls.append(kwargs["select_fields"])
+            return SimpleNamespace(to_padded_tensor=lambda: {"entropy": torch.ones(1, 3)})
+
+    tq = TQ()
+    trainer = _trainer(_config("edge_eda"))
+    seen = {}
+
+    def original(self, batch, metrics):
+        from edge_verl.integration.run import current_step
+
+        step = current_step()
+        seen["entropy"] = step.inputs["entropy"]
+        step.metrics["edge_verl/edge_eda/x"] = 1.0
+        return batch
+
+    metrics = {}
+    trainer_hooks._make_v1_compute_advantage(original, tq)(trainer, _BATCH, metrics)
+    assert tq.calls == [["entropy", "response_mask"]]
+    assert torch.equal(seen["entropy"], torch.ones(1, 3)) and metrics == {"edge_verl/edge_eda/x": 1.0}
+
+
+# --- GEC: one switch, loud checks ----------------------------------------------------------------------------
+
+
+GEC_ROWS = [names.GEC_AGENT_LOOP] * 3
+
+
+def test_gec_on_with_gec_rows_starts():
+    run = trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS))
+    assert run.gec_enabled and run.uses_plugin_estimator
+
+
+def test_gec_on_but_no_gec_rows_in_the_training_data_is_an_error():
+    with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True})))
+    with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=["single_turn_agent"]))
+
+
+@pytest.mark.parametrize("gec", [None, {"seed": 3}, {"enable": False}])
+def test_gec_rows_in_the_data_without_the_switch_is_an_error(gec):
+    with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
+
+
+def test_gec_with_rollout_log_probs_is_an_error():
+    with pytest.raises(ValueError, match="calculate_log_probs=False"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}, calculate_log_probs=True), train=GEC_ROWS))
+
+
+def test_gec_rows_in_validation_data_or_as_default_loop_are_errors():
+    with pytest.raises(ValueError, match="validation must never be corrected"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS, val=GEC_ROWS))
+    with pytest.raises(ValueError, match="default_agent_loop=edge_gec"):
+        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}, default_agent_loop="edge_gec"), train=GEC_ROWS))
+
+
+def test_bad_gec_option_is_reported_before_the_first_rollout():
+    with pytest.raises(ValueError, match="edge_gec.scope='all'"):
+        trainer_hooks.start_run(_trainer(_config("grpo", gec={"scope": "all"})))
+
+
+# --- sample numbering survives any split across agent-loop workers -------------------------------------------
+
+
+def _legacy_rollout_batch(uids):
+    return DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(len(uids), 2, dtype=torch.long)},
+        non_tensors={"uid": np.array(uids, dtype=object), "index": np.array([u for u in uids], dtype=object)},
+    )
+
+
+def test_legacy_rollout_numbers_samples_before_the_split_so_seeds_never_repeat():
+    # 2 prompts x n=3 over 3 agent-loop workers: chunks [a a] [a b] [b b] split both groups. verl's own
+    # per-worker numbering (rollout_n) restarts at 0 in each chunk and would give (a, 0) twice.
+    uids = ["a", "a", "a", "b", "b", "b"]
+    prompts = _legacy_rollout_batch(uids)
+    run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}}))
+    passed = []
+    wrapped = trainer_hooks._make_generate_sequences(lambda self, batch: passed.append(batch) or batch)
+    with active_run(run):
+        wrapped(None, prompts)
+    identities = []
+    for chunk in passed[0].chunk(3):
+        for row in range(len(chunk)):
+            kwargs = {key: values[row] for key, values in chunk.non_tensor_batch.items()}
+            identities.append((kwargs["uid"], sample_index(kwargs)))
+    assert identities == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
+    draws = {decision_rng(42, uid, index).random() for uid, index in identities}
+    assert len(draws) == 6
+
+    from verl.experimental.agent_loop.agent_loop import get_trajectory_info
+
+    verl_numbering = [
+        (uid, info["rollout_n"])
+        for chunk in passed[0].chunk(3)
+        for uid, info in zip(chunk.non_tensor_batch["uid"], asyncio.run(get_trajectory_info(1, list(chunk.non_tensor_batch["index"]), False)))
+    ]
+    assert len(set(verl_numbering)) < 6, "the split really breaks verl's per-worker numbering"
+
+
+def test_sample_numbering_is_only_added_to_training_batches_of_gec_runs():
+    wrapped = trainer_hooks._make_generate_sequences(lambda self, batch: batch)
+    gec_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}}))
+    plain_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
+    validation = _legacy_rollout_batch(["a", "a"])
+    validation.meta_info["validate"] = True
+    with active_run(gec_run):
+        assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, validation).non_tensor_batch
+    with active_run(plain_run):
+        assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, _legacy_rollout_batch(["a", "a"])).non_tensor_batch
+    assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, _legacy_rollout_batch(["a"])).non_tensor_batch
+
+
+def test_v1_session_id_is_the_sample_index_and_a_missing_index_is_an_error():
+    assert sample_index({"session_id": 5}) == 5
+    assert sample_index({names.SAMPLE_INDEX_COLUMN: np.int64(2)}) == 2
+    with pytest.raises(RuntimeError, match="neither session_id"):
+        sample_index({"uid": "a"})
