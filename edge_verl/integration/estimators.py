@@ -50,13 +50,16 @@ def _token_input(name: str, step: Optional[AdvantageStep], batch: Optional[Mappi
     return tensor
 
 
-def _run_and_options(estimator: str, config: Any) -> tuple[Optional[TrainingRun], EdaConfig | GepoConfig]:
-    """The current run and its options for ``estimator``; outside a run, the options parsed from ``config``."""
+def _context(
+    estimator: str, config: Any
+) -> tuple[Optional[AdvantageStep], Optional[TrainingRun], EdaConfig | GepoConfig]:
+    """The open step, the current run and its options for ``estimator``; outside a run, the options
+    parsed from ``config``."""
     step = current_step()
     run = step.run if step is not None else current_run()
     if run is not None and run.estimator == estimator:
-        return run, run.options
-    return None, estimator_options(config, estimator)
+        return step, run, run.options
+    return step, None, estimator_options(config, estimator)
 
 
 def _norm_by_std(config: Any) -> bool:
@@ -99,8 +102,7 @@ def compute_edge_eda_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``edge_eda``: EDGE-GRPO's Entropy-Driven Advantage (see edge_verl.algorithms.eda)."""
     estimator = names.EDA_ESTIMATOR
-    _, options = _run_and_options(estimator, config)
-    step = current_step()
+    step, _, options = _context(estimator, config)
     token_entropy = _token_input("entropy", step, batch, estimator, response_mask.shape)
     data = _Batch(estimator, token_level_rewards, index)
     result = compute_eda_advantages(
@@ -152,9 +154,8 @@ def compute_gepo_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``gepo``: GEPO's entropy-conditioned asymmetric scaling (see edge_verl.algorithms.gepo)."""
     estimator = names.GEPO_ESTIMATOR
-    run, options = _run_and_options(estimator, config)
+    step, run, options = _context(estimator, config)
     thresholds = _gepo_thresholds(run)
-    step = current_step()
     source_name = "entropy" if options.group_entropy == "token_entropy" else "old_log_probs"
     source = _token_input(source_name, step, batch, estimator, response_mask.shape)
     data = _Batch(estimator, token_level_rewards, index)

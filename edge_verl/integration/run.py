@@ -97,6 +97,13 @@ class TrainingRun:
         return self.gec.enable
 
     @property
+    def needs_entropy(self) -> bool:
+        """The estimator reads the old policy's per-token entropy (EDA; GEPO with token_entropy)."""
+        if self.options is None:
+            return False
+        return self.estimator == names.EDA_ESTIMATOR or self.options.group_entropy == "token_entropy"
+
+    @property
     def is_ours(self) -> bool:
         """True when any of the plugin's hooks has work to do in this run."""
         return self.uses_plugin_estimator or self.gec_enabled

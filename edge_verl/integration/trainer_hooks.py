@@ -197,12 +197,6 @@ def _make_fit(original: Callable) -> Callable:
 # --- the advantage step (both trainers) --------------------------------------------------------------------
 
 
-def _needs_entropy(run: Optional[TrainingRun]) -> bool:
-    if run is None or run.options is None:
-        return False
-    return run.estimator == names.EDA_ESTIMATOR or run.options.group_entropy == "token_entropy"
-
-
 def _make_compute_advantage(original: Callable) -> Callable:
     def compute_advantage(data, adv_estimator, *args, **kwargs):
         if str(adv_estimator) not in names.ESTIMATORS:
@@ -228,7 +222,7 @@ def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
         if not run.uses_plugin_estimator:
             return original(self, batch, metrics, *args, **kwargs)
         entropy = None
-        if _needs_entropy(run):
+        if run.needs_entropy:
             fetched = tq_module.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
             entropy = fetched.to_padded_tensor()["entropy"]
         with advantage_step(entropy=entropy) as step:
@@ -293,7 +287,7 @@ def _make_legacy_old_log_prob(original: Callable) -> Callable:
     def _compute_old_log_prob(self, batch, *args, **kwargs):
         output = original(self, batch, *args, **kwargs)
         old_log_prob = output[0] if isinstance(output, tuple) else output
-        if _needs_entropy(run_of(self)) and "entropys" in old_log_prob.batch.keys():
+        if run_of(self).needs_entropy and "entropys" in old_log_prob.batch.keys():
             old_log_prob.batch[names.ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
         return output
 
