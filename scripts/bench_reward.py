@@ -1,6 +1,6 @@
 """Benchmark: edge_verl's reward vs verl 0.9.1's ``math_verify`` scorer vs math-verify called directly.
 
-Labelled inputs come from real text in ../shared/data/train: reference solutions (which end in \\boxed{})
+Labelled inputs come from real text shipped with edge_verl (DeepScaleR-Hard-1K): reference solutions (which end in \\boxed{})
 paired with their own answer (label 1) and with another problem's different answer (label 0). Each grader
 sees the same full responses. Prints agreement, throughput with 2 caller threads over 2 grading workers
 (math-verify direct: 1 thread, its signal timeouts need the main thread), latency p50/p99/max, first-call
@@ -12,24 +12,22 @@ latency, worker RSS, and the latency of a few hostile inputs (power towers) that
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import psutil
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "train"
 FIRST_CALL = ("so \\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
 HOSTILE = ["\\boxed{9^{9^{9^{9^{9^{9}}}}}}", "\\boxed{(10^{10})!!}", "\\boxed{2^{2^{2^{100}}}}"]
 
 
 def labelled_pairs(count: int, seed: int) -> list[tuple[str, str, int]]:
+    from edge_verl.data import read_records, shipped_file
     from edge_verl.reward.normalize import normalise_answer
 
-    rows = json.loads((DATA / "deepscaler_hard_1k.json").read_text()) + json.loads((DATA / "deepscaler_aime_975.json").read_text())
+    rows = read_records(shipped_file("train", "hard_1k"))
     rows = [row for row in rows if row.get("solution") and "\\boxed" in row["solution"] and row.get("answer")]
     rng = random.Random(seed)
     rng.shuffle(rows)

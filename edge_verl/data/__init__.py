@@ -1,0 +1,251 @@
+"""Data preparation for the papers' setups -> verl RL parquet (pure; no verl import).
+
+The papers' small sets ship with the package (``edge_verl/data/sets``, provenance and licences in its
+README): DeepScaleR-Hard-1K (EDGE-GRPO's training split), the 1560-problem evaluation suite (AIME24, AMC,
+MATH-500, Minerva, OlympiadBench) and AIME25. Random-1K is sampled (seeded, without replacement, duplicate
+problems removed) from the full DeepScaleR-Preview data set loaded through the ``datasets`` library (a hub
+id, or a local folder / file in any format ``datasets`` reads); where no hub is reachable, local pool files
+(JSON, JSONL or verl parquet with problem/answer[/solution]) are the fallback, and the manifest records
+which source each file came from.
+
+Every row carries the Qwen2.5-Math chat prompt of EDGE-GRPO (system prompt + the raw problem), the
+answer as ``reward_model.ground_truth`` (a string, or a list of acceptable answers for Minerva /
+OlympiadBench), and in ``extra_info`` the answer and the reference solution (verl's stock MATH
+preprocessing drops the solution; GEC's replace branch needs it). Training rows are marked for GEC with
+``agent_name = "edge_gec"`` in the ``*_gec`` files. Output bytes are deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT
+
+SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+
+SETS_DIR = Path(__file__).resolve().parent / "sets"
+TRAIN_SETS = ("hard_1k", "random_1k")
+EVAL_SETS = ("aime24", "amc", "math500", "minerva", "olympiad_bench", "aime25")
+PAPER_EVAL = ("aime24", "amc", "math500", "minerva", "olympiad_bench")
+DEEPSCALER_HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
+MANIFEST = "MANIFEST.json"
+
+
+class DataUnavailable(RuntimeError):
+    """A data set cannot be built on this machine (no hub, no local copy); the message says what to pass."""
+
+
+def prompt_messages(problem: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem}]
+
+
+def _answer_list(answer: Any) -> list[str]:
+    if isinstance(answer, (list, tuple)):
+        return [str(item) for item in answer]
+    return [str(answer)]
+
+
+def make_row(
+    problem: str, answer: Any, solution: Optional[str], *, data_source: str, split: str, index: int, gec: bool
+) -> dict:
+    answers = _answer_list(answer)
+    row = {
+        "data_source": data_source,
+        "prompt": prompt_messages(problem),
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": answers if len(answers) > 1 or isinstance(answer, list) else answers[0]},
+        "extra_info": {"index": index, "split": split, "answer": answers[0], "solution": solution or "", "problem": problem},
+    }
+    if gec:
+        row["agent_name"] = GEC_AGENT
+    return row
+
+
+def read_records(path: Path) -> list[dict]:
+    """JSON list, JSONL, or verl parquet (converted back to problem/answer/solution records)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if path.suffix != ".parquet":
+        raise ValueError(f"{path}: expected .json, .jsonl or .parquet")
+    import pyarrow.parquet as pq
+
+    records = []
+    for row in pq.read_table(path).to_pylist():
+        if "prompt" not in row:  # a plain problem/answer table
+            records.append(row)
+            continue
+        problem = next(message["content"] for message in row["prompt"] if message["role"] == "user")
+        solution = (row.get("extra_info") or {}).get("solution")
+        records.append({"problem": problem, "answer": row["reward_model"]["ground_truth"], "solution": solution})
+    return records
+
+
+def shipped_file(kind: str, name: str) -> Path:
+    """Path of a data set shipped with the package: kind "train" (hard_1k) or "eval" (EVAL_SETS)."""
+    files = {"train": {"hard_1k": "deepscaler_hard_1k.jsonl"}, "eval": {name: f"{name}.jsonl" for name in EVAL_SETS}}
+    if name not in files.get(kind, {}):
+        raise ValueError(f"no shipped {kind} set {name!r}; shipped: {sorted(files.get(kind, {}))}")
+    return SETS_DIR / kind / files[kind][name]
+
+
+def load_deepscaler(source: str = DEEPSCALER_HUB_ID, split: str = "train") -> list[dict]:
+    """DeepScaleR-Preview through ``datasets``: a hub id, a local data folder, or one data file."""
+    import datasets
+
+    path = Path(source)
+    if path.is_file():
+        builder = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
+        if builder is None:
+            raise ValueError(f"{source}: datasets cannot read {path.suffix!r} files here; use .json/.jsonl/.parquet/.csv")
+        dataset = datasets.load_dataset(builder, data_files=str(path), split=split)
+    else:
+        dataset = datasets.load_dataset(str(source), split=split)
+    missing = {"problem", "answer"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(f"{source}: columns {sorted(missing)} missing (has {dataset.column_names})")
+    return [dict(record) for record in dataset]
+
+
+def sample_unique(records: Iterable[dict], size: int, seed: int) -> list[dict]:
+    """``size`` records drawn without replacement (seeded) after removing repeated problem texts.
+
+    The draw is over the problems sorted by text, so it depends on the pool's content, not its order.
+    """
+    pool: dict[str, dict] = {}
+    for record in records:
+        pool.setdefault(str(record["problem"]).strip(), record)
+    if size > len(pool):
+        raise ValueError(f"cannot draw {size} problems from a pool of {len(pool)} unique problems")
+    keys = sorted(pool)
+    return [pool[key] for key in random.Random(seed).sample(keys, size)]
+
+
+@dataclass(frozen=True)
+class RandomSource:
+    """Where Random-1K comes from: ``hub`` (a hub id or local path for ``datasets``; None: skip it) and
+    ``pools`` (local files used when the hub cannot be loaded)."""
+
+    hub: Optional[str] = DEEPSCALER_HUB_ID
+    pools: tuple[Path, ...] = ()
+
+
+def random_1k_records(source: RandomSource, size: int = 1000, seed: int = 42) -> tuple[list[dict], str]:
+    """(records, provenance): the hub (or local data set) first, the pools when it cannot be loaded."""
+    failure = "no source given"
+    if source.hub is not None:
+        try:
+            return sample_unique(load_deepscaler(source.hub), size, seed), f"datasets:{source.hub}"
+        except Exception as error:  # no hub on this machine, bad id, ...: fall back below, say why
+            failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    if source.pools:
+        records = [record for path in source.pools for record in read_records(path)]
+        return sample_unique(records, size, seed), "pools:" + ",".join(Path(path).name for path in source.pools)
+    raise DataUnavailable(
+        f"Random-1K needs the DeepScaleR-Preview data set ({failure}). Pass --random-source with a hub id or a "
+        "local copy (folder or .parquet/.jsonl file with problem/answer/solution), or --random-pool FILE... "
+        "(JSON/JSONL/parquet problem pools) on a machine without a hub."
+    )
+
+
+def training_records(name: str, *, size: int = 1000, seed: int = 42, source: RandomSource = RandomSource()) -> tuple[list[dict], str]:
+    """(records, provenance) of "hard_1k" (shipped) or "random_1k" (see ``random_1k_records``)."""
+    if name == "hard_1k":
+        return read_records(shipped_file("train", name)), "shipped:deepscaler_hard_1k.jsonl"
+    if name == "random_1k":
+        return random_1k_records(source, size, seed)
+    raise ValueError(f"training set {name!r}; allowed: {list(TRAIN_SETS)}")
+
+
+def to_training_rows(records: Sequence[dict], name: str, *, gec: bool) -> list[dict]:
+    return [
+        make_row(r["problem"], r["answer"], r.get("solution"), data_source=f"deepscaler_{name}", split="train", index=i, gec=gec)
+        for i, r in enumerate(records)
+    ]
+
+
+def training_rows(name: str, *, gec: bool = True, size: int = 1000, seed: int = 42, source: RandomSource = RandomSource()) -> list[dict]:
+    return to_training_rows(training_records(name, size=size, seed=seed, source=source)[0], name, gec=gec)
+
+
+def eval_rows(name: str, limit: Optional[int] = None) -> list[dict]:
+    if name not in EVAL_SETS:
+        raise ValueError(f"evaluation set {name!r}; allowed: {list(EVAL_SETS)}")
+    records = read_records(shipped_file("eval", name))[:limit]
+    return [
+        make_row(r["problem"], r["answer"], None, data_source=name, split="test", index=i, gec=False) for i, r in enumerate(records)
+    ]
+
+
+def write_parquet(rows: Iterable[dict], path: Path) -> Path:
+    """Deterministic parquet (same rows -> same bytes): pyarrow, no pandas index, fixed compression."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(list(rows))
+    pq.write_table(table, path, compression="zstd", use_dictionary=False, write_statistics=False)
+    return path
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class Prepared:
+    """What ``prepare`` wrote: file name -> {rows, sha256, source}, and the sets it could not build."""
+
+    files: dict[str, dict] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(
+    out: Path,
+    *,
+    train_sets: Sequence[str] = TRAIN_SETS,
+    eval_sets: Sequence[str] = EVAL_SETS,
+    seed: int = 42,
+    size: int = 1000,
+    random_source: RandomSource = RandomSource(),
+) -> Prepared:
+    """Write ``train_<set>.parquet``, ``train_<set>_gec.parquet`` (rows marked for GEC) and
+    ``eval_<set>.parquet`` into ``out`` with a ``MANIFEST.json`` (rows, sha256, source of every file).
+
+    A training set that cannot be built is reported in ``Prepared.failed`` (the others are still written).
+    """
+    out = Path(out)
+    prepared = Prepared()
+    manifest_path = out / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+
+    def record(path: Path, rows: list[dict], provenance: str) -> None:
+        write_parquet(rows, path)
+        entry = {"rows": len(rows), "sha256": sha256(path), "source": provenance}
+        prepared.files[path.name] = manifest[path.name] = entry
+
+    for name in train_sets:
+        try:
+            records, provenance = training_records(name, size=size, seed=seed, source=random_source)
+        except DataUnavailable as error:
+            prepared.failed[name] = str(error)
+            continue
+        if name == "random_1k":
+            provenance += f" (seed {seed}, {size} problems)"
+        for gec, suffix in ((False, ""), (True, "_gec")):
+            record(out / f"train_{name}{suffix}.parquet", to_training_rows(records, name, gec=gec), provenance)
+    for name in eval_sets:
+        record(out / f"eval_{name}.parquet", eval_rows(name), f"shipped:{name}.jsonl")
+    manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
+    return prepared
