@@ -1,4 +1,6 @@
-"""``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (registration self-check), ``cpu-overrides``."""
+"""``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (registration self-check), ``cpu-overrides``,
+``run-identity`` (the recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper
+table: recipes per seed -> evaluation -> table and curves)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,27 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
     commands.add_parser("doctor", help="check that import verl registers edge_verl's components")
     commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
+    identity = commands.add_parser("run-identity", help="record a run's identity in its checkpoint folder, or check it")
+    identity.add_argument("checkpoint_dir", type=Path)
+    for option in ("--method", "--model", "--train-file", "--backend", "--seed"):
+        identity.add_argument(option, required=True)
+    from edge_verl.reproduce.cli import add_reproduce_parser
+
+    add_reproduce_parser(commands)
     return parser
+
+
+def _run_identity(args: argparse.Namespace) -> int:
+    from edge_verl.run_identity import RunIdentityMismatch, check_or_record, describe
+
+    identity = describe(args.method, args.model, args.train_file, args.backend, args.seed)
+    try:
+        outcome = check_or_record(args.checkpoint_dir, identity)
+    except RunIdentityMismatch as error:
+        print(f"edge-verl run-identity: {error}", file=sys.stderr)
+        return 3
+    print(f"edge-verl run-identity: {args.checkpoint_dir}: {outcome}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         from edge_verl.integration.doctor import run_doctor
 
         return run_doctor()
+    if args.command == "run-identity":
+        return _run_identity(args)
+    if args.command == "reproduce":
+        from edge_verl.reproduce.cli import run_reproduce
+
+        return run_reproduce(args)
     if args.command == "cpu-overrides":
         from edge_verl.integration.cpu.overrides import CPU_OVERRIDES
 

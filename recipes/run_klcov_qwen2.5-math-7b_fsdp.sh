@@ -1,18 +1,11 @@
 #!/usr/bin/env bash
 # Method: KL-Cov baseline (EDGE-GRPO knobs) | Model: Qwen/Qwen2.5-Math-7B | Backend: FSDP | GPUs: 8 GPUs (1 node, 80 GB)
-# Paper knobs (recipes/lib/common.sh); every variable there can be set from the environment, and extra
-# Hydra overrides follow the script name. Data: scripts/prepare_data.py --out data.
+# Training setup: EDGE-GRPO's (G = 8, 1 prompt per step, 1000 steps), in recipes/lib/common.sh, where
+# every variable can be set from the environment; extra Hydra overrides follow the script name. DRY_RUN=1
+# prints the overrides.
 set -euo pipefail
+METHOD=klcov BACKEND=fsdp KNOBS=edge
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-Math-7B}
-DATA_DIR=${DATA_DIR:-data}
-TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/train_hard_1k.parquet}
-ROLLOUT_N=${ROLLOUT_N:-8}
+TRAIN_FILE=${TRAIN_FILE:-${DATA_DIR:-data}/train_hard_1k.parquet}
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-
-METHOD_ARGS=(
-    algorithm.adv_estimator=grpo
-    actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov
-    actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002
-    actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1
-)
-run_verl ppo_trainer "${METHOD_ARGS[@]}" "${FSDP_ARGS[@]}" -- "$@"
+run_recipe "$@"

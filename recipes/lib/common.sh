@@ -1,12 +1,35 @@
 # Sourced by every recipe in recipes/: the user-adjustable block and the knobs shared by all methods
 # (EDGE-GRPO's training setup, EDGE_GRPO.md section 3), so a method and its baselines differ only in
 # their METHOD_ARGS and an FSDP/Megatron twin only in its BACKEND_ARGS. Every variable can be set from
-# the environment; extra Hydra overrides go after the script name ("$@").
+# the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (edge, grpo,
+# gepo, clipcov, klcov, cliphigher), BACKEND (fsdp, megatron) and KNOBS (edge, gepo: whose training setup),
+# sets MODEL_PATH and TRAIN_FILE defaults, sources this file and calls run_recipe "$@".
+#
+# Run identity: the experiment name and checkpoint folder are METHOD_MODEL_TRAINSET_BACKEND_seedN, and
+# before verl starts `edge-verl run-identity` checks the folder's recorded identity, so verl's
+# resume_mode=auto resumes the same run but never another run's checkpoint (it stops and names the
+# setting that differs). Every checkpoint includes HF weights (actor/huggingface) for evaluation.
 #
 # Deliberate deviation: verl 0.9.1's FSDP optimizer offers constant or cosine schedules, not the paper's
 # linear decay; FSDP recipes use LR_SCHEDULER=cosine (decays to 0 like linear decay). Megatron has linear.
 
 : "${MODEL_PATH:?the recipe sets MODEL_PATH}"
+: "${METHOD:?the recipe sets METHOD}"
+: "${BACKEND:?the recipe sets BACKEND (fsdp or megatron)}"
+case "${KNOBS:?the recipe sets KNOBS (edge or gepo)}" in
+    edge) ;;  # EDGE-GRPO's setup: the defaults below (G = 8, 1 prompt per step, 1000 steps = 1 epoch of 1K)
+    gepo)
+        ROLLOUT_N=${ROLLOUT_N:-16}
+        # GEPO's thresholds are batch statistics over the step's groups: several prompts per step.
+        TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-32}
+        # 300 steps (~10 epochs of 1000 prompts at 32 per step): with gamma = 0.01 the EMA thresholds keep
+        # (1 - 0.01)^300 = 4.9% of their first-batch seed by the end (73% after one 31-step epoch), i.e.
+        # they have settled onto the running batch statistics (time constant 1/gamma = 100 steps).
+        TOTAL_STEPS=${TOTAL_STEPS:-300}
+        TOTAL_EPOCHS=${TOTAL_EPOCHS:-10}
+        ;;
+    *) echo "recipe error: KNOBS=$KNOBS (edge or gepo)" >&2; exit 2 ;;
+esac
 DATA_DIR=${DATA_DIR:-data}
 TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/train_hard_1k.parquet}
 VAL_FILES=${VAL_FILES:-"[$DATA_DIR/eval_aime24.parquet,$DATA_DIR/eval_amc.parquet,$DATA_DIR/eval_math500.parquet,$DATA_DIR/eval_minerva.parquet,$DATA_DIR/eval_olympiad_bench.parquet]"}
@@ -30,9 +53,13 @@ TEST_FREQ=${TEST_FREQ:-100}
 SAVE_FREQ=${SAVE_FREQ:-100}
 VAL_BEFORE_TRAIN=${VAL_BEFORE_TRAIN:-True}
 PROJECT_NAME=${PROJECT_NAME:-edge_verl}
-EXPERIMENT_NAME=${EXPERIMENT_NAME:-$(basename "$0" .sh)_seed$SEED}
-CKPT_DIR=${CKPT_DIR:-checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME}
-LOGGER=${LOGGER:-"[console,wandb]"}
+MODEL_TAG=$(basename "$MODEL_PATH" | tr '[:upper:]' '[:lower:]')
+TRAIN_TAG=$(basename "$TRAIN_FILE" .parquet)
+TRAIN_TAG=${TRAIN_TAG#train_}
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-${METHOD}_${MODEL_TAG}_${TRAIN_TAG}_${BACKEND}_seed${SEED}}
+CKPT_ROOT=${CKPT_ROOT:-checkpoints}
+CKPT_DIR=${CKPT_DIR:-$CKPT_ROOT/$PROJECT_NAME/$EXPERIMENT_NAME}
+LOGGER=${LOGGER:-"[console,wandb]"}            # add "file" and set VERL_FILE_LOGGER_PATH for per-step JSONL
 EDGE_VERL_CPU=${EDGE_VERL_CPU:-0}              # 1: run on CPU with the plugin's backend (tiny models only)
 DRY_RUN=${DRY_RUN:-0}                          # 1: print the overrides, one per line, and exit
 
@@ -81,6 +108,15 @@ REWARD_ARGS=(
     reward.custom_reward_function.path=pkg://edge_verl.reward
     reward.custom_reward_function.name=compute_score
     algorithm.use_kl_in_reward=False
+    # edge_verl/adv/var and edge_verl/adv/zero_variance_group_frac for every method (GRPO's built-in
+    # estimator included), so the advantage-variance curves of EDGE-GRPO Fig. 5 compare like with like.
+    +algorithm.edge_metrics.advantage_stats=True
+)
+CHECKPOINT_ARGS=(
+    # HF weights next to every checkpoint (actor/huggingface) so that scripts/evaluate.py reads them;
+    # resume loads what it always loads.
+    "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"
+    "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]"
 )
 TRAINER_ARGS=(
     trainer.logger="$LOGGER"
@@ -121,6 +157,36 @@ GEC_ARGS=(
     +algorithm.edge_gec.seed="$SEED"
 )
 
+case "$METHOD" in
+    edge) METHOD_ARGS=(algorithm.adv_estimator=edge_eda "${GEC_ARGS[@]}") ;;
+    grpo) METHOD_ARGS=(algorithm.adv_estimator=grpo) ;;
+    gepo) METHOD_ARGS=(algorithm.adv_estimator=gepo) ;;
+    clipcov) METHOD_ARGS=(  # verl's built-in Clip-Cov policy loss (entropy-mechanism paper's values)
+        algorithm.adv_estimator=grpo
+        actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov
+        actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.0002
+        actor_rollout_ref.actor.policy_loss.clip_cov_lb=1.0
+        actor_rollout_ref.actor.policy_loss.clip_cov_ub=5.0
+    ) ;;
+    klcov) METHOD_ARGS=(  # verl's built-in KL-Cov policy loss
+        algorithm.adv_estimator=grpo
+        actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov
+        actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002
+        actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1
+    ) ;;
+    cliphigher) METHOD_ARGS=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.clip_ratio_high=0.28) ;;  # DAPO-style
+    *) echo "recipe error: METHOD=$METHOD" >&2; exit 2 ;;
+esac
+
+# run_recipe USER_OVERRIDES...: the method on the recipe's backend (verl's ppo_trainer or ppo_megatron_trainer).
+run_recipe() {
+    case "$BACKEND" in
+        fsdp) run_verl ppo_trainer "${METHOD_ARGS[@]}" "${FSDP_ARGS[@]}" -- "$@" ;;
+        megatron) run_verl ppo_megatron_trainer "${METHOD_ARGS[@]}" "${MEGATRON_ARGS[@]}" -- "$@" ;;
+        *) echo "recipe error: BACKEND=$BACKEND (fsdp or megatron)" >&2; return 2 ;;
+    esac
+}
+
 # run_verl CONFIG_NAME RECIPE_OVERRIDES... -- USER_OVERRIDES...: verl's own entry point with every block
 # above, then the recipe's (method, backend), the CPU backend's when EDGE_VERL_CPU=1, and the user's last
 # (Hydra lets the last value of a key win).
@@ -139,10 +205,12 @@ run_verl() {
         mapfile -t cpu_args < <(edge-verl cpu-overrides)
     fi
     local args=("${DATA_ARGS[@]}" "${MODEL_ARGS[@]}" "${ACTOR_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${REWARD_ARGS[@]}"
-        "${TRAINER_ARGS[@]}" "${recipe_args[@]}" "${cpu_args[@]}" "$@")
+        "${CHECKPOINT_ARGS[@]}" "${TRAINER_ARGS[@]}" "${recipe_args[@]}" "${cpu_args[@]}" "$@")
     if [ "$DRY_RUN" = "1" ]; then
         printf '%s\n' "--config-name=$config_name" "${args[@]}"
         return 0
     fi
+    python -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
+        --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" || return $?
     python -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
 }
