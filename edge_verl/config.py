@@ -194,3 +194,24 @@ class GecConfig:
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":
         return _from_mapping(cls, values)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Extra metrics for any estimator, verl's built-ins included (options under ``algorithm.edge_metrics``).
+
+    advantage_stats: log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and
+        ``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so
+        GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a
+        plain verl run logs nothing extra unless asked; the recipes switch it on.
+    """
+
+    advantage_stats: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.advantage_stats, bool):
+            raise ValueError(f"edge_metrics.advantage_stats={self.advantage_stats!r} must be true or false")
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "MetricsConfig":
+        return _from_mapping(cls, values)

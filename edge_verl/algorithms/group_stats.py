@@ -11,6 +11,7 @@ groups, so cost is O(B*T) and runs on whatever device the tensors are on.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -123,3 +124,21 @@ def zero_variance_group_fraction(
     if not bool(multi.any()):
         return 0.0
     return float(((std == 0) & multi).sum() / multi.sum())
+
+
+def advantage_statistics(
+    advantages: torch.Tensor, response_mask: torch.Tensor, scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
+) -> dict[str, float]:
+    """Statistics of any estimator's output, comparable across estimators (EDGE-GRPO Fig. 5):
+
+    var: unbiased variance (ddof = 1, as the EDGE-GRPO reference logs it) over the valid responses of each
+        response's advantage (its mean over response tokens; outcome estimators broadcast one value);
+    zero_variance_group_frac: fraction of groups (>= 2 valid responses) whose scores all tie.
+    """
+    valid = valid & (response_mask.sum(dim=-1) > 0)
+    per_response = masked_response_mean(advantages.to(torch.float32), response_mask)[valid]
+    variance = float(per_response.var(unbiased=True)) if per_response.numel() >= 2 else 0.0
+    return {
+        "var": variance if math.isfinite(variance) else 0.0,
+        "zero_variance_group_frac": zero_variance_group_fraction(scores, group_index, num_groups, valid),
+    }

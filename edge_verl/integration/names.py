@@ -22,6 +22,11 @@ GEC_INFO_KEY = "edge_verl_gec"
 # workers: each response's index within its uid group (v1 passes ``session_id`` instead).
 SAMPLE_INDEX_COLUMN = "edge_verl_sample_index"
 
+# Options of the metrics the plugin can add to any run (``algorithm.edge_metrics.advantage_stats``), and
+# the scope of the advantage statistics (``edge_verl/adv/*``).
+METRICS_SECTION = "edge_metrics"
+ADVANTAGE_SCOPE = "adv"
+
 # Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
 

@@ -29,7 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from edge_verl.algorithms.gepo import GepoThresholds
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig
+from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig
 from edge_verl.integration import names
 
 
@@ -71,12 +71,14 @@ class TrainingRun:
     """The plugin's view of one verl training run (see module docstring).
 
     estimator: ``algorithm.adv_estimator``; options: its validated config when it is one of ours;
-    gec: the validated GEC options (``gec.enable`` says whether GEC is on); thresholds: GEPO's state.
+    gec: the validated GEC options (``gec.enable`` says whether GEC is on); metrics: the extra metrics asked
+    for (``algorithm.edge_metrics``); thresholds: GEPO's state.
     """
 
     estimator: str
     options: Optional[EdaConfig | GepoConfig]
     gec: GecConfig
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     thresholds: Optional[GepoThresholds] = None
     pending_metrics: dict[str, float] = field(default_factory=dict)
 
@@ -86,7 +88,8 @@ class TrainingRun:
         estimator = str(algorithm_config.get("adv_estimator", "") if hasattr(algorithm_config, "get") else "")
         options = estimator_options(algorithm_config, estimator) if estimator in names.ESTIMATORS else None
         thresholds = GepoThresholds(gamma=options.gamma, init=options.ema_init) if isinstance(options, GepoConfig) else None
-        return cls(estimator=estimator, options=options, gec=gec_options(algorithm_config), thresholds=thresholds)
+        metrics = MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION))
+        return cls(estimator=estimator, options=options, gec=gec_options(algorithm_config), metrics=metrics, thresholds=thresholds)
 
     @property
     def uses_plugin_estimator(self) -> bool:
@@ -95,6 +98,15 @@ class TrainingRun:
     @property
     def gec_enabled(self) -> bool:
         return self.gec.enable
+
+    @property
+    def advantage_stats(self) -> bool:
+        return self.metrics.advantage_stats
+
+    @property
+    def opens_advantage_step(self) -> bool:
+        """The advantage step has work for the plugin: its estimator, or statistics of verl's."""
+        return self.uses_plugin_estimator or self.advantage_stats
 
     @property
     def needs_entropy(self) -> bool:
@@ -106,7 +118,7 @@ class TrainingRun:
     @property
     def is_ours(self) -> bool:
         """True when any of the plugin's hooks has work to do in this run."""
-        return self.uses_plugin_estimator or self.gec_enabled
+        return self.opens_advantage_step or self.gec_enabled
 
     def state_dict(self) -> dict:
         return {"gepo_thresholds": self.thresholds.state_dict() if self.thresholds is not None else None}

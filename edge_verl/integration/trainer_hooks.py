@@ -7,7 +7,8 @@ fetch, no extra checkpoint file). What each wrapper is for:
   parsed and validated once), check GEC's setup against the data, restore GEPO's thresholds on resume;
   ``_save_checkpoint``: save them; ``fit``: make the run current (``active_run``) for the whole loop;
 - ``compute_advantage`` (``ray_trainer`` and ``v1.utils`` bindings): open the ``AdvantageStep`` that hands
-  the batch's old_log_probs / entropy to the estimator (verl passes neither);
+  the batch's old_log_probs / entropy to the estimator (verl passes neither), and, when the run asks for
+  ``algorithm.edge_metrics.advantage_stats``, compute ``edge_verl/adv/*`` for any estimator;
 - v1 ``PPOTrainer._compute_advantage``: fetch per-token ``entropy`` from the TransferQueue when the
   estimator needs it (v1 writes it but does not read it back), and add the estimator's metrics to the
   step's metrics; v1 ``PPOTrainer._compute_metrics``: GEC's metrics from the rollout's extra_fields;
@@ -26,6 +27,7 @@ import os
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
+import torch
 
 from edge_verl.integration import estimators, names
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, prefixed
@@ -197,18 +199,37 @@ def _make_fit(original: Callable) -> Callable:
 # --- the advantage step (both trainers) --------------------------------------------------------------------
 
 
+def advantage_metrics(data: Any) -> dict[str, float]:
+    """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator)."""
+    from edge_verl.algorithms.group_stats import advantage_statistics, group_index_from_uids
+
+    batch = data.batch
+    group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
+    advantages = batch["advantages"]
+    scores = batch["token_level_rewards"].sum(dim=-1).to(torch.float32)
+    device = advantages.device
+    stats = advantage_statistics(advantages, batch["response_mask"], scores, group_index.to(device), num_groups, ~is_pad.to(device))
+    return prefixed(stats, names.ADVANTAGE_SCOPE)
+
+
 def _make_compute_advantage(original: Callable) -> Callable:
     def compute_advantage(data, adv_estimator, *args, **kwargs):
-        if str(adv_estimator) not in names.ESTIMATORS:
+        run = current_run()
+        ours = str(adv_estimator) in names.ESTIMATORS
+        with_stats = run is not None and run.advantage_stats
+        if not ours and not with_stats:
             return original(data, adv_estimator, *args, **kwargs)
-        batch = data.batch
-        inputs = {ours: batch[key] for key, ours in estimators.BATCH_KEYS.items() if key in batch.keys()}
-        if names.ENTROPY_COPY_KEY in batch.keys():
-            inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
+        inputs = {}
+        if ours:
+            batch = data.batch
+            inputs = {ours_key: batch[key] for key, ours_key in estimators.BATCH_KEYS.items() if key in batch.keys()}
+            if names.ENTROPY_COPY_KEY in batch.keys():
+                inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
         outermost = current_step() is None
         with advantage_step(**inputs) as step:
             data = original(data, adv_estimator, *args, **kwargs)
-        run = current_run()
+            if with_stats:
+                step.metrics.update(advantage_metrics(data))
         if outermost and run is not None:  # legacy trainer: compute_data_metrics collects them
             run.pending_metrics.update(step.metrics)
         return data
@@ -219,7 +240,7 @@ def _make_compute_advantage(original: Callable) -> Callable:
 def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
     def _compute_advantage(self, batch, metrics, *args, **kwargs):
         run = run_of(self)
-        if not run.uses_plugin_estimator:
+        if not run.opens_advantage_step:
             return original(self, batch, metrics, *args, **kwargs)
         entropy = None
         if run.needs_entropy:

@@ -67,3 +67,30 @@ def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
     mask[2, 2] = 0  # a masked -inf must not poison its row either
     expected = (torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0) * mask).sum(dim=-1)
     torch.testing.assert_close(masked_row_sum(values, mask), expected, rtol=1e-5, atol=1e-3)
+
+
+def test_advantage_statistics_hand_computed_with_padding_and_masks():
+    from edge_verl.algorithms.group_stats import advantage_statistics
+
+    # Group 0: per-response advantages 1.5, -0.5, -0.5, -0.5 (token means over the mask); group 1 all 0
+    # (scores tie); row 8 is v1 padding (excluded even with a huge value), row 9 has no response token.
+    # Valid values: [1.5, -0.5, -0.5, -0.5, 0, 0, 0, 0]: mean 0, sum of squares 2.25 + 3 * 0.25 = 3.0,
+    # unbiased variance 3.0 / 7 = 0.428571...; zero-variance groups: 1 of 2.
+    mask = torch.tensor([[1, 1, 0]] * 10, dtype=torch.float32)
+    mask[9] = 0
+    per_row = torch.tensor([1.5, -0.5, -0.5, -0.5, 0, 0, 0, 0, 1e6, 7.0])
+    advantages = per_row[:, None] * mask
+    advantages[0, 2] = 99.0  # a masked token never counts
+    scores = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    group_index = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 1])
+    valid = torch.tensor([True] * 8 + [False, True])
+    stats = advantage_statistics(advantages, mask, scores, group_index, 3, valid)
+    assert stats["var"] == pytest.approx(3.0 / 7)
+    assert stats["zero_variance_group_frac"] == pytest.approx(0.5)
+
+
+def test_advantage_statistics_of_one_response_or_non_finite_values_are_finite():
+    from edge_verl.algorithms.group_stats import advantage_statistics
+
+    one = advantage_statistics(torch.ones(1, 4), torch.ones(1, 4), torch.ones(1), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
+    assert one == {"var": 0.0, "zero_variance_group_frac": 0.0}

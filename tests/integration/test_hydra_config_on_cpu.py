@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig  # noqa: E402
+from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig  # noqa: E402
 
 pytestmark = pytest.mark.verl
 
@@ -34,6 +34,8 @@ def test_shipped_config_extends_verl_and_holds_paper_defaults(compose_config, na
     gec = OmegaConf.to_container(config.algorithm.edge_gec)
     assert GecConfig.from_mapping(gec) == GecConfig() and gec["enable"] is False
     assert set(gec) == {field.name for field in dataclasses.fields(GecConfig)}
+    extra = OmegaConf.to_container(config.algorithm.edge_metrics)
+    assert MetricsConfig.from_mapping(extra) == MetricsConfig() and extra["advantage_stats"] is False
 
 
 def test_options_override_without_plus(compose_config):

@@ -222,3 +222,42 @@ def test_v1_session_id_is_the_sample_index_and_a_missing_index_is_an_error():
     assert sample_index({names.SAMPLE_INDEX_COLUMN: np.int64(2)}) == 2
     with pytest.raises(RuntimeError, match="neither session_id"):
         sample_index({"uid": "a"})
+
+
+# --- advantage statistics for any estimator ---------------------------------------------------------------
+
+
+def _grpo_batch():
+    # Group a: scores 1, 0, 0, 0 -> verl GRPO: mean 0.25, unbiased std 0.5 -> advantages 1.5, -0.5, -0.5, -0.5;
+    # group b: all 0 -> 0. Unbiased variance over the 8 responses: (2.25 + 3 * 0.25) / 7 = 3 / 7.
+    rewards = torch.zeros(8, 3)
+    rewards[0, 1] = 1.0
+    batch = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(8, 3)},
+        non_tensors={"uid": np.array(["a"] * 4 + ["b"] * 4, dtype=object)},
+    )
+    return batch
+
+
+@pytest.mark.parametrize("module_name", ["verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"])
+def test_advantage_stats_for_verl_grpo_when_asked_and_only_then(module_name):
+    import importlib
+
+    module = importlib.import_module(module_name)
+    asked = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"advantage_stats": True}}))
+    with active_run(asked):
+        module.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=OmegaConf.create({"adv_estimator": "grpo"}))
+    assert asked.pending_metrics["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    assert asked.pending_metrics["edge_verl/adv/zero_variance_group_frac"] == 0.5
+    plain = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
+    assert not plain.is_ours
+    with active_run(plain):
+        module.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=OmegaConf.create({"adv_estimator": "grpo"}))
+    assert plain.pending_metrics == {}
+
+
+def test_bad_metrics_option_is_reported():
+    with pytest.raises(ValueError, match="edge_metrics.advantage_stats"):
+        TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"advantage_stats": "yes"}}))
+    with pytest.raises(ValueError, match="unknown option"):
+        TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"adv_stats": True}}))
