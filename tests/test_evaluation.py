@@ -29,7 +29,7 @@ def test_average_weights_every_problem_equally():
 
 
 @pytest.mark.e2e
-def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path, shared_data):
+def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path):
     from edge_verl.demo import task
     from edge_verl.demo.run import DemoConfig, prepare_inputs
 
@@ -39,7 +39,7 @@ def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path, shared_data)
     out = tmp_path / "eval"
     script = Path(__file__).resolve().parents[1] / "scripts" / "evaluate.py"
     completed = subprocess.run(
-        [sys.executable, str(script), "--model", str(inputs["model"]), "--data", str(shared_data), "--benchmarks", "aime24", "math500",
+        [sys.executable, str(script), "--model", str(inputs["model"]), "--benchmarks", "aime24", "math500",
          "--limit", "3", "--extra", str(copy_task), "--max-new-tokens", "16", "--samples", "2", "--k", "1", "2", "--average-over", "aime24", "math500", "copy", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )
@@ -55,3 +55,36 @@ def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path, shared_data)
     assert table["copy"]["pass@1"] == pytest.approx(sum(sum(r["scores"]) / 2 for r in copy_rows) / 3)
     assert sum(sum(r["scores"]) for r in copy_rows) > 0, "the warm-started tiny model copies some digits"
     assert "| Avg | 9 |" in completed.stdout
+
+
+def _hf_folder(folder, weights=True):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"x")
+    return folder
+
+
+def test_resolve_model_dir_from_run_checkpoint_and_hf_folders(tmp_path):
+    from edge_verl.evaluation import resolve_model_dir
+
+    run = tmp_path / "run"
+    hf2 = _hf_folder(run / "global_step_2" / "actor" / "huggingface")
+    _hf_folder(run / "global_step_1" / "actor" / "huggingface")
+    (run / "latest_checkpointed_iteration.txt").write_text("2")
+    assert resolve_model_dir(run) == str(hf2)  # the run folder: its latest checkpoint
+    assert resolve_model_dir(run / "global_step_2") == str(hf2)
+    assert resolve_model_dir(run / "global_step_2" / "actor") == str(hf2)
+    assert resolve_model_dir(hf2) == str(hf2)
+    assert resolve_model_dir("Qwen/Qwen2.5-Math-7B") == "Qwen/Qwen2.5-Math-7B"  # not a folder: a hub name
+
+
+def test_checkpoint_without_hf_weights_says_how_to_get_them(tmp_path):
+    from edge_verl.evaluation import resolve_model_dir
+
+    step = tmp_path / "global_step_5"
+    _hf_folder(step / "actor" / "huggingface", weights=False)
+    with pytest.raises(FileNotFoundError, match="hf_model.*verl.model_merger"):
+        resolve_model_dir(step)
+    with pytest.raises(FileNotFoundError, match="not an HF model folder"):
+        resolve_model_dir(tmp_path)

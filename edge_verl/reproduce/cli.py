@@ -1,0 +1,103 @@
+"""Command line of ``edge-verl reproduce`` (wired into edge_verl.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+from edge_verl.data import DEEPSCALER_HUB_ID, EVAL_SETS, PAPER_EVAL, RandomSource
+from edge_verl.reproduce.tables import BACKENDS, TABLES
+
+USAGE = """examples:
+  edge-verl reproduce edge_hard_1k --seeds 1 2 3                  # EDGE-GRPO Table 2, FSDP recipes
+  edge-verl reproduce edge_random_1k --seeds 1 2 3 --backend megatron --rows grpo_7b edge_7b
+  edge-verl reproduce gepo_math --seeds 1 2 3 --dry-run            # list the stages and commands
+  edge-verl reproduce edge_hard_1k --seeds 1 2 --set NGPUS_PER_NODE=4 --set MICRO_BATCH_SIZE=2
+
+Tables: {tables}.
+Every stage is skipped when done (re-run the same command to resume); a failed stage prints its log path.
+"""
+
+
+def default_recipes_dir() -> Path:
+    """The repository's recipes/ next to the installed package (a checkout), else ./recipes."""
+    import edge_verl
+
+    beside = Path(edge_verl.__file__).resolve().parents[1] / "recipes"
+    return beside if beside.is_dir() else Path("recipes")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_reproduce_parser(commands) -> None:
+    parser = commands.add_parser(
+        "reproduce",
+        help="run a paper table: each row's recipe per seed, evaluation, table and curves",
+        epilog=USAGE.format(tables=", ".join(f"{key} ({table.title})" for key, table in TABLES.items())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--backend", choices=BACKENDS, default="fsdp")
+    parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: all)")
+    parser.add_argument("--out", type=Path, default=None, help="default runs/reproduce/<table>_<backend>")
+    parser.add_argument("--data-dir", type=Path, default=None, help="prepared data (default OUT/data; prepared when missing)")
+    parser.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: the checkout's recipes/)")
+    parser.add_argument("--set", dest="env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe variable for every run (MODEL_PATH, TRAIN_BATCH_SIZE, EDGE_VERL_CPU, ...)")
+    parser.add_argument("--train-file", type=_key_value, action="append", default=[], metavar="SET=PATH",
+                        help="use PATH for training set SET (GEC rows read PATH's *_gec.parquet sibling)")
+    parser.add_argument("--random-source", default=DEEPSCALER_HUB_ID, help="DeepScaleR-Preview: hub id or local copy")
+    parser.add_argument("--random-pool", nargs="*", type=Path, default=[], help="offline Random-1K fallback pools")
+    parser.add_argument("--eval-benchmarks", nargs="*", default=[*PAPER_EVAL, "aime25"], choices=EVAL_SETS)
+    parser.add_argument("--eval-limit", type=int, default=None, help="first N problems per benchmark (slices)")
+    parser.add_argument("--eval-max-new-tokens", type=int, default=3000)
+    parser.add_argument("--eval-temperature", type=float, default=0.1)
+    parser.add_argument("--eval-extra", nargs="*", type=Path, default=[], help="extra benchmarks (problem, answer)")
+    parser.add_argument("--dry-run", action="store_true", help="list the stages (done / to run) and their commands")
+
+
+def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
+    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, Settings, StageFailed
+
+    try:
+        settings = Settings(
+            table=TABLES[args.table],
+            seeds=args.seeds,
+            out=args.out or Path("runs") / "reproduce" / f"{args.table}_{args.backend}",
+            recipes_dir=(args.recipes or default_recipes_dir()).resolve(),
+            backend=args.backend,
+            data_dir=args.data_dir,
+            rows=args.rows,
+            env=dict(args.env),
+            train_files={key: Path(value) for key, value in args.train_file},
+            evaluation=EvalSettings(
+                benchmarks=tuple(args.eval_benchmarks),
+                limit=args.eval_limit,
+                temperature=args.eval_temperature,
+                max_new_tokens=args.eval_max_new_tokens,
+                extra=tuple(path.resolve() for path in args.eval_extra),
+            ),
+            random_source=RandomSource(hub=args.random_source or None, pools=tuple(args.random_pool)),
+            dry_run=args.dry_run,
+        )
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        print(f"edge-verl reproduce: {error}", file=sys.stderr)
+        return 2
+    try:
+        table = Pipeline(settings, log=lambda line: print(line, flush=True), cwd=cwd).run()
+    except StageFailed as error:
+        print(f"edge-verl reproduce: {error}", file=sys.stderr)
+        return 1
+    if table is not None:
+        from edge_verl.reproduce.pipeline import table_markdown
+
+        print(table_markdown(table))
+    return 0

@@ -1,0 +1,395 @@
+"""One paper table, end to end: data -> every row's recipe per seed -> evaluation of the final checkpoint ->
+table (markdown + JSON, mean ± std over seeds next to the paper's number) and training curves (PNG).
+
+Stages and where they write (``OUT`` = ``--out``):
+- ``data``: the training sets the table needs and the evaluation sets, in ``DATA_DIR`` (skipped when every
+  file is there);
+- ``train <row> seed <N>``: the row's recipe, unchanged, as a user runs it (``bash recipes/<recipe>``) with
+  SEED, MODEL_PATH, TRAIN_FILE, CKPT_ROOT=OUT/checkpoints and verl's file logger pointed at
+  ``OUT/runs/<row>_seed<N>/metrics/attempt_<k>.jsonl`` (one file per attempt: a resumed run restarts verl's
+  logger); output in ``train.log``; done when verl exits 0 and the final checkpoint has HF weights;
+- ``eval <row> [seed <N>]``: ``python -m edge_verl.evaluation`` on that checkpoint (a base-model row: on the
+  model itself) into ``OUT/runs/<run>/eval/``;
+- ``report``: ``OUT/table.md``, ``OUT/table.json``, ``OUT/curves.png``.
+
+Resumable: a stage that finished wrote ``<stage>.done.json`` and is skipped next time (the report when its
+inputs are unchanged); a re-run of an interrupted training stage resumes from its last checkpoint (verl's
+``resume_mode=auto``; the recipes' run identity guarantees it is the same run). A failed stage stops the
+pipeline with the path of its log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
+from edge_verl.reporting import curves_by_step, load_eval_table, mean_std, plot
+from edge_verl.reproduce.tables import BACKENDS, BENCHMARK_COLUMNS, CURVES, Row, Table
+
+DONE_SUFFIX = ".done.json"
+
+
+class StageFailed(RuntimeError):
+    def __init__(self, stage: str, log: Path, reason: str):
+        super().__init__(f"stage '{stage}' failed: {reason}; log: {log}")
+        self.stage, self.log = stage, log
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The papers' protocol by default: one sample per problem at T = 0.1, up to 3000 new tokens, the five
+    benchmarks (Avg) and AIME25. ``limit`` (first N problems per benchmark) and ``extra`` are for slices."""
+
+    benchmarks: tuple[str, ...] = (*PAPER_EVAL, "aime25")
+    limit: Optional[int] = None
+    temperature: float = 0.1
+    max_new_tokens: int = 3000
+    samples: int = 1
+    seed: int = 0
+    extra: tuple[Path, ...] = ()
+
+    def arguments(self) -> list[str]:
+        args = ["--benchmarks", *self.benchmarks, "--temperature", str(self.temperature)]
+        args += ["--max-new-tokens", str(self.max_new_tokens), "--samples", str(self.samples), "--seed", str(self.seed)]
+        if self.limit is not None:
+            args += ["--limit", str(self.limit)]
+        if self.extra:
+            args += ["--extra", *map(str, self.extra)]
+        return args
+
+
+@dataclass
+class Settings:
+    """Everything one ``edge-verl reproduce`` invocation needs (see edge_verl.reproduce.cli for the flags).
+
+    env: variables set for every recipe run (the recipes' knobs: MODEL_PATH, TRAIN_BATCH_SIZE, EDGE_VERL_CPU,
+    ...), applied after the pipeline's own; train_files: a training set replaced by a user's file
+    (``<set> -> path``; the GEC rows use ``<stem>_gec.parquet`` next to it).
+    """
+
+    table: Table
+    seeds: Sequence[int]
+    out: Path
+    recipes_dir: Path
+    backend: str = "fsdp"
+    data_dir: Optional[Path] = None
+    rows: Optional[Sequence[str]] = None
+    env: dict[str, str] = field(default_factory=dict)
+    train_files: dict[str, Path] = field(default_factory=dict)
+    evaluation: EvalSettings = EvalSettings()
+    random_source: RandomSource = RandomSource()
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}; allowed: {list(BACKENDS)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {list(self.seeds)}: give at least one, each once")
+        self.out = Path(self.out).resolve()
+        self.data_dir = Path(self.data_dir).resolve() if self.data_dir is not None else self.out / "data"
+        for row in self.selected_rows():
+            if row.trains and self.backend not in row.recipes:
+                raise ValueError(f"row {row.key} has no {self.backend} recipe (has {sorted(row.recipes)})")
+            if row.trains and not (self.recipes_dir / row.recipes[self.backend]).exists():
+                raise FileNotFoundError(f"recipe {self.recipes_dir / row.recipes[self.backend]} not found (--recipes)")
+        unknown = set(self.train_files) - set(self.table.train_sets)
+        if unknown:
+            raise ValueError(f"--train-file for {sorted(unknown)}: the table trains on {list(self.table.train_sets)}")
+
+    def selected_rows(self) -> list[Row]:
+        if self.rows is None:
+            return list(self.table.rows)
+        return [self.table.row(key) for key in self.rows]
+
+    def model_of(self, row: Row) -> str:
+        return self.env.get("MODEL_PATH") or row.model
+
+    def train_file(self, row: Row) -> Path:
+        given = self.train_files.get(row.train_set)
+        if given is None:
+            return row.train_file(self.data_dir)
+        given = Path(given).resolve()
+        return given.with_name(f"{given.stem}_gec{given.suffix}") if row.gec else given
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trained run (row x seed) or one base-model evaluation (seed None)."""
+
+    row: Row
+    seed: Optional[int]
+
+    @property
+    def name(self) -> str:
+        return self.row.key if self.seed is None else f"{self.row.key}_seed{self.seed}"
+
+
+def planned_runs(settings: Settings) -> list[Run]:
+    runs = []
+    for row in settings.selected_rows():
+        runs += [Run(row, seed) for seed in settings.seeds] if row.trains else [Run(row, None)]
+    return runs
+
+
+def run_folder(settings: Settings, run: Run) -> Path:
+    return settings.out / "runs" / run.name
+
+
+def _done(folder: Path, stage: str) -> Optional[dict]:
+    marker = folder / f"{stage}{DONE_SUFFIX}"
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def _mark_done(folder: Path, stage: str, record: dict) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stage}{DONE_SUFFIX}").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _logger_with_file(value: Optional[str]) -> str:
+    """verl's trainer.logger list with "file" added (the pipeline reads the per-step metrics from it)."""
+    items = [item.strip() for item in (value or "[console]").strip("[]").split(",") if item.strip()]
+    return "[" + ",".join(items + ([] if "file" in items else ["file"])) + "]"
+
+
+def recipe_environment(settings: Settings, run: Run, metrics_file: Path) -> dict[str, str]:
+    """The environment a row's recipe runs with: the pipeline's variables, then the user's (--set)."""
+    row = run.row
+    env = {
+        "SEED": str(run.seed),
+        "DATA_DIR": str(settings.data_dir),
+        "TRAIN_FILE": str(settings.train_file(row)),
+        "CKPT_ROOT": str(settings.out / "checkpoints"),
+    }
+    if row.model:
+        env["MODEL_PATH"] = row.model
+    env.update(settings.env)
+    # The recipes call `python -m verl...` / `python -m edge_verl.cli`: this interpreter's environment.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env["LOGGER"] = _logger_with_file(env.get("LOGGER"))
+    env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
+    return env
+
+
+def recipe_overrides(recipe: Path, env: dict[str, str]) -> dict[str, str]:
+    """The Hydra overrides a recipe would pass to verl (its DRY_RUN=1 output) as key -> value."""
+    completed = subprocess.run(
+        ["bash", str(recipe)], env={**os.environ, **env, "DRY_RUN": "1"}, capture_output=True, text=True
+    )
+    if completed.returncode != 0:
+        raise ValueError(f"{recipe.name} DRY_RUN=1 failed: {completed.stderr.strip()[-2000:]}")
+    overrides = {}
+    for line in completed.stdout.splitlines():
+        key, _, value = line.partition("=")
+        overrides[key.lstrip("+")] = value
+    return overrides
+
+
+def _stream_to(log: Path, command: list[str], env: dict[str, str], cwd: Path) -> int:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as handle:
+        handle.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
+        handle.flush()
+        return subprocess.run(command, env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd).returncode
+
+
+def final_checkpoint(checkpoint_dir: Path) -> tuple[int, Path]:
+    """(step, HF weights folder) of a run's latest checkpoint."""
+    from edge_verl.evaluation import resolve_model_dir
+
+    latest = checkpoint_dir / "latest_checkpointed_iteration.txt"
+    if not latest.exists():
+        raise FileNotFoundError(f"no checkpoint in {checkpoint_dir} (the recipe must save: SAVE_FREQ > 0 saves the last step)")
+    return int(latest.read_text().strip()), Path(resolve_model_dir(checkpoint_dir))
+
+
+class Pipeline:
+    """Runs (or, with ``dry_run``, lists) every stage of one table; ``log`` receives one line per stage."""
+
+    def __init__(self, settings: Settings, log: Callable[[str], None] = print, cwd: Optional[Path] = None):
+        self.settings = settings
+        self.log = log
+        self.cwd = Path(cwd or Path.cwd())
+
+    # -- stages ------------------------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        settings = self.settings
+        needed_sets = [s for s in settings.table.train_sets if s not in settings.train_files]
+        names = [f"train_{s}{suffix}.parquet" for s in needed_sets for suffix in ("", "_gec")]
+        names += [f"eval_{name}.parquet" for name in EVAL_SETS]
+        missing = [name for name in names if not (settings.data_dir / name).exists()]
+        if not missing:
+            self.log(f"skip  data: {len(names)} files in {settings.data_dir}")
+            return
+        if settings.dry_run:
+            self.log(f"would prepare data: {missing} in {settings.data_dir}")
+            return
+        self.log(f"run   data: {len(missing)} files -> {settings.data_dir}")
+        prepared = prepare(settings.data_dir, train_sets=needed_sets, random_source=settings.random_source)
+        if prepared.failed:
+            raise StageFailed("data", settings.data_dir / MANIFEST, "; ".join(prepared.failed.values()))
+        for row in settings.selected_rows():
+            if row.trains and not settings.train_file(row).exists():
+                raise StageFailed("data", settings.data_dir / MANIFEST, f"{settings.train_file(row)} does not exist")
+
+    def train(self, run: Run) -> Optional[dict]:
+        settings, folder = self.settings, run_folder(self.settings, run)
+        stage = f"train {run.name}"
+        done = _done(folder, "train")
+        if done is not None:
+            self.log(f"skip  {stage}: step {done['step']} in {done['checkpoint_dir']}")
+            return done
+        recipe = settings.recipes_dir / run.row.recipes[settings.backend]
+        attempt = len(list((folder / "metrics").glob("attempt_*.jsonl"))) + 1
+        env = recipe_environment(settings, run, folder / "metrics" / f"attempt_{attempt}.jsonl")
+        overrides = recipe_overrides(recipe, env)
+        checkpoint_dir = Path(overrides["trainer.default_local_dir"])
+        checkpoint_dir = checkpoint_dir if checkpoint_dir.is_absolute() else self.cwd / checkpoint_dir
+        command = ["bash", str(recipe)]
+        if settings.dry_run:
+            shown = " ".join(f"{key}={value}" for key, value in env.items() if key != "PATH")
+            self.log(f"would run {stage}: {shown} {' '.join(command)}  -> {checkpoint_dir}")
+            return None
+        self.log(f"run   {stage}: {recipe.name} -> {checkpoint_dir} (log {folder / 'train.log'})")
+        (folder / "metrics").mkdir(parents=True, exist_ok=True)
+        (folder / "command.json").write_text(json.dumps({"command": command, "env": env, "overrides": overrides}, indent=2) + "\n")
+        started = time.time()
+        returncode = _stream_to(folder / "train.log", command, env, self.cwd)
+        if returncode != 0:
+            raise StageFailed(stage, folder / "train.log", f"{recipe.name} exited with {returncode}")
+        try:
+            step, weights = final_checkpoint(checkpoint_dir)
+        except FileNotFoundError as error:
+            raise StageFailed(stage, folder / "train.log", str(error)) from error
+        record = {
+            "recipe": recipe.name,
+            "experiment_name": overrides.get("trainer.experiment_name"),
+            "checkpoint_dir": str(checkpoint_dir),
+            "step": step,
+            "hf_weights": str(weights),
+            "seconds": round(time.time() - started, 1),
+        }
+        return _mark_done(folder, "train", record)
+
+    def evaluate(self, run: Run, trained: Optional[dict]) -> None:
+        settings, folder = self.settings, run_folder(self.settings, run)
+        stage = f"eval {run.name}"
+        if _done(folder, "eval") is not None:
+            self.log(f"skip  {stage}")
+            return
+        if run.row.trains:
+            model = trained["hf_weights"] if trained else "<final checkpoint of the training stage>"
+        else:
+            model = settings.model_of(run.row)
+        command = [sys.executable, "-m", "edge_verl.evaluation", "--model", str(model), "--out", str(folder / "eval")]
+        command += settings.evaluation.arguments()
+        if settings.dry_run:
+            self.log(f"would run {stage}: {' '.join(command)}")
+            return
+        self.log(f"run   {stage}: {model}")
+        returncode = _stream_to(folder / "eval.log", command, {}, self.cwd)
+        if returncode != 0 or load_eval_table(folder / "eval") is None:
+            raise StageFailed(stage, folder / "eval.log", f"evaluation exited with {returncode}")
+        _mark_done(folder, "eval", {"model": str(model), "settings": settings.evaluation.arguments()})
+
+    def report(self, runs: list[Run]) -> Optional[dict]:
+        settings = self.settings
+        inputs = [run_folder(settings, run) / "eval" / "eval.json" for run in runs]
+        digest = hashlib.sha256(b"".join(path.read_bytes() for path in inputs if path.exists())).hexdigest()
+        previous = _done(settings.out, "report")
+        if previous is not None and previous.get("inputs") == digest and (settings.out / "table.json").exists():
+            self.log(f"skip  report: {settings.out / 'table.md'}")
+            return json.loads((settings.out / "table.json").read_text())
+        if settings.dry_run:
+            self.log(f"would write report: {settings.out / 'table.md'}, table.json, curves.png")
+            return None
+        table = build_table(settings, runs)
+        (settings.out / "table.json").write_text(json.dumps(table, indent=2) + "\n")
+        (settings.out / "table.md").write_text(table_markdown(table) + "\n")
+        curves = {metric: {} for metric in CURVES}
+        for row in settings.selected_rows():
+            if row.trains:
+                folders = [run_folder(settings, run) for run in runs if run.row == row]
+                for metric in CURVES:
+                    by_step = curves_by_step(folders, metric)
+                    if by_step:
+                        curves[metric][row.label] = by_step
+        plot(curves, settings.out / "curves.png", CURVES)
+        self.log(f"wrote report: {settings.out / 'table.md'}, table.json, curves.png")
+        _mark_done(settings.out, "report", {"inputs": digest})
+        return table
+
+    def run(self) -> Optional[dict]:
+        self.prepare_data()
+        runs = planned_runs(self.settings)
+        for run in runs:
+            trained = self.train(run) if run.row.trains else None
+            self.evaluate(run, trained)
+        return self.report(runs)
+
+
+# --- the table ---------------------------------------------------------------------------------------------
+
+
+def _percentages(eval_table: dict) -> dict[str, float]:
+    """pass@1 in % by benchmark (and Avg) of one evaluation."""
+    return {name: 100 * entry["pass@1"] for name, entry in eval_table.items() if "pass@1" in entry}
+
+
+def build_table(settings: Settings, runs: list[Run]) -> dict:
+    """Per row: each seed's pass@1 (%) by column, their mean and sample std, and the paper's number.
+
+    Columns: Avg and the papers' five benchmarks first, then any other benchmark evaluated (AIME25, extras).
+    """
+    evaluated = {run.name: _percentages(load_eval_table(run_folder(settings, run) / "eval")) for run in runs}
+    others = [name for scores in evaluated.values() for name in scores if name not in BENCHMARK_COLUMNS]
+    all_columns = [*BENCHMARK_COLUMNS, *dict.fromkeys(others)]
+    rows = []
+    for row in settings.selected_rows():
+        per_seed = {str(run.seed) if run.seed is not None else "-": evaluated[run.name] for run in runs if run.row == row}
+        columns = {}
+        for column in all_columns:
+            values = [scores[column] for scores in per_seed.values() if column in scores]
+            if values:
+                mean, std, count = mean_std(values)
+                columns[column] = {"mean": mean, "std": std, "n": count, "paper": row.paper.get(column)}
+        rows.append({"key": row.key, "label": row.label, "model": settings.model_of(row) or "(recipe default)", "per_seed": per_seed, "columns": columns})
+    return {
+        "table": settings.table.key,
+        "title": settings.table.title,
+        "backend": settings.backend,
+        "seeds": list(settings.seeds),
+        "evaluation": settings.evaluation.arguments(),
+        "note": settings.table.note,
+        "columns": all_columns,
+        "rows": rows,
+    }
+
+
+def table_markdown(table: dict) -> str:
+    """Rows x (Avg, benchmarks): "mean ± std" over seeds (pass@1 %), the paper's number in brackets."""
+    lines = [f"## {table['title']} ({table['backend']}, seeds {', '.join(map(str, table['seeds']))})", ""]
+    columns = table["columns"]
+    lines += ["| row | n | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for row in table["rows"]:
+        cells = []
+        for column in columns:
+            entry = row["columns"].get(column)
+            if entry is None:
+                cells.append("-")
+                continue
+            paper = f" [{entry['paper']:.2f}]" if entry["paper"] is not None else ""
+            cells.append(f"{entry['mean']:.2f} ± {entry['std']:.2f}{paper}")
+        count = max((entry["n"] for entry in row["columns"].values()), default=0)
+        lines.append(f"| {row['label']} | {count} | " + " | ".join(cells) + " |")
+    lines += ["", "pass@1 (%), mean ± sample std over seeds; [paper's number]. " + table["note"]]
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""``edge-verl reproduce`` end to end on CPU: a scaled-down EDGE-GRPO Table 2 (base + GRPO + EDGE rows,
+2 seeds) through the unchanged FSDP recipes with the tiny model, then the evaluation slice, the table,
+the curves; a second invocation skips everything; run identity keeps training sets apart.
+
+The training set is the demo's copy task (the tiny model cannot learn real math in two steps), given to
+the pipeline the way a user gives their own file (``--train-file hard_1k=...``); evaluation runs a slice of
+the real shipped benchmarks plus the copy task's validation set as an extra benchmark.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_verl.demo import task
+from edge_verl.demo.run import DemoConfig, prepare_inputs
+from edge_verl.integration.names import GEC_AGENT_LOOP
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SEEDS = ("1", "2")
+ROWS = ("base_1.5b", "grpo_1.5b", "edge_1.5b")
+EVAL_LIMIT = "3"
+EVAL_TOKENS = "16"
+
+
+def _environment() -> dict:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reproduce")
+    inputs = prepare_inputs(DemoConfig(algorithm="grpo", out=root / "demo"))
+    train = task.write_parquet(task.make_rows(256, seed=3, split="train"), root / "copy" / "copy_train.parquet")
+    task.write_parquet(task.make_rows(256, seed=3, split="train", agent_name=GEC_AGENT_LOOP), root / "copy" / "copy_train_gec.parquet")
+    knobs = {
+        "MODEL_PATH": inputs["model"],
+        "EDGE_VERL_CPU": "1",
+        "VAL_FILES": f"[{inputs['val']}]",
+        "TRAIN_BATCH_SIZE": "4",
+        "ROLLOUT_N": "4",
+        "MICRO_BATCH_SIZE": "16",
+        "MAX_PROMPT_LENGTH": "64",
+        "MAX_RESPONSE_LENGTH": "128",
+        "TEMPERATURE": "1.0",
+        "LR": "1e-3",
+        "TOTAL_STEPS": "2",
+        "VAL_BEFORE_TRAIN": "False",
+        "TEST_FREQ": "-1",
+    }
+    command = [sys.executable, "-m", "edge_verl.cli", "reproduce", "edge_hard_1k", "--seeds", *SEEDS, "--rows", *ROWS]
+    command += ["--out", str(root / "out"), "--train-file", f"hard_1k={train}"]
+    command += ["--eval-limit", EVAL_LIMIT, "--eval-max-new-tokens", EVAL_TOKENS, "--eval-extra", str(inputs["val"])]
+    for key, value in knobs.items():
+        command += ["--set", f"{key}={value}"]
+    first = subprocess.run(command, cwd=root, env=_environment(), capture_output=True, text=True, timeout=2400)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    markers = {path: path.stat().st_mtime_ns for path in (root / "out").rglob("*.done.json")}
+    second = subprocess.run(command, cwd=root, env=_environment(), capture_output=True, text=True, timeout=600)
+    return {"root": root, "out": root / "out", "inputs": inputs, "train": train, "knobs": knobs, "command": command,
+            "first": first.stdout, "second": second, "markers": markers}
+
+
+def _eval_records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "eval_records.jsonl").read_text().splitlines()]
+
+
+def test_one_folder_and_one_checkpoint_per_run(reproduced):
+    runs = sorted(path.name for path in (reproduced["out"] / "runs").iterdir())
+    assert runs == sorted(["base_1.5b", *(f"{row}_seed{seed}" for row in ROWS[1:] for seed in SEEDS)])
+    checkpoints = sorted(path.name for path in (reproduced["out"] / "checkpoints" / "edge_verl").iterdir())
+    assert checkpoints == sorted(
+        f"{method}_model_copy_train{'_gec' if method == 'edge' else ''}_fsdp_seed{seed}" for method in ("grpo", "edge") for seed in SEEDS
+    )
+    for name in checkpoints:
+        folder = reproduced["out"] / "checkpoints" / "edge_verl" / name
+        assert (folder / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+        assert list((folder / "global_step_2" / "actor" / "huggingface").glob("*.safetensors")), "HF weights saved"
+        assert json.loads((folder / "edge_verl_run.json").read_text())["seed"] == name[-1]
+
+
+def test_training_logged_the_papers_curves_for_every_method(reproduced):
+    from edge_verl.reporting import load_metrics
+
+    for row in ROWS[1:]:
+        records = load_metrics(reproduced["out"] / "runs" / f"{row}_seed1")
+        assert [record["step"] for record in records] == [1, 2]
+        assert all("actor/entropy" in record and "edge_verl/adv/var" in record for record in records)
+    edge = load_metrics(reproduced["out"] / "runs" / "edge_1.5b_seed1")
+    assert all("edge_verl/gec/responses" in record for record in edge), "EDGE rows ran GEC"
+    assert (reproduced["out"] / "curves.png").stat().st_size > 10_000
+
+
+def test_evaluation_used_the_trained_weights(reproduced):
+    out = reproduced["out"]
+    trained = json.loads((out / "runs" / "edge_1.5b_seed1" / "train.done.json").read_text())
+    meta = json.loads((out / "runs" / "edge_1.5b_seed1" / "eval" / "eval_meta.json").read_text())
+    assert meta["model"] == trained["hf_weights"] and "global_step_2" in meta["model"]
+    # The same evaluation of the run folder (resolved to its latest checkpoint's HF weights) grades alike.
+    direct = reproduced["root"] / "direct"
+    command = [sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model", trained["checkpoint_dir"], "--out", str(direct)]
+    command += ["--limit", EVAL_LIMIT, "--max-new-tokens", EVAL_TOKENS, "--extra", str(reproduced["inputs"]["val"])]
+    completed = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    pipeline_records = _eval_records(out / "runs" / "edge_1.5b_seed1" / "eval")
+    direct_records = _eval_records(direct)
+    assert [r["scores"] for r in direct_records] == [r["scores"] for r in pipeline_records]
+    assert [r["responses"] for r in direct_records] == [r["responses"] for r in pipeline_records]
+    # Training changed the model, so its answers differ from the base model's on the same prompts.
+    base_records = _eval_records(out / "runs" / "base_1.5b" / "eval")
+    assert [r["responses"] for r in base_records] != [r["responses"] for r in pipeline_records]
+
+
+def test_table_equals_hand_computation_from_each_runs_evaluation(reproduced):
+    table = json.loads((reproduced["out"] / "table.json").read_text())
+    rows = {row["key"]: row for row in table["rows"]}
+    assert list(rows) == list(ROWS)
+    for key in ROWS[1:]:
+        per_seed = []
+        for seed in SEEDS:
+            evaluation = json.loads((reproduced["out"] / "runs" / f"{key}_seed{seed}" / "eval" / "eval.json").read_text())
+            per_seed.append({name: 100 * entry["pass@1"] for name, entry in evaluation.items()})
+        for column in ("Avg", "aime24", "math500"):
+            values = [scores[column] for scores in per_seed]
+            entry = rows[key]["columns"][column]
+            assert entry["mean"] == pytest.approx(statistics.mean(values))
+            assert entry["std"] == pytest.approx(statistics.stdev(values))
+            assert entry["n"] == 2
+    assert rows["edge_1.5b"]["columns"]["Avg"]["paper"] == 47.24
+    assert rows["base_1.5b"]["columns"]["Avg"]["n"] == 1
+    assert "| EDGE-GRPO 1.5B | 2 |" in (reproduced["out"] / "table.md").read_text()
+
+
+def test_second_invocation_skips_every_finished_stage(reproduced):
+    second = reproduced["second"]
+    assert second.returncode == 0, second.stderr[-3000:]
+    stage_lines = [line for line in second.stdout.splitlines() if line.split(" ", 1)[0] in {"skip", "run", "would", "wrote"}]
+    assert stage_lines and all(line.startswith("skip") for line in stage_lines), stage_lines
+    assert len(stage_lines) == 1 + 1 + 4 * 2 + 1  # data, base eval, 4 x (train, eval), report
+    after = {path: path.stat().st_mtime_ns for path in reproduced["out"].rglob("*.done.json")}
+    assert after == reproduced["markers"]
+
+
+def test_another_training_set_never_loads_this_runs_checkpoint(reproduced):
+    """Same recipe, method, model, backend and seed; another training file: the recipe names another
+    folder, and forcing this run's folder stops before verl starts, naming the setting that differs."""
+    root, out = reproduced["root"], reproduced["out"]
+    other = task.write_parquet(task.make_rows(256, seed=4, split="train"), root / "copy" / "other_train.parquet")
+    env = {**_environment(), **{key: str(value) for key, value in reproduced["knobs"].items()}}
+    env.update({"SEED": "1", "TRAIN_FILE": str(other), "CKPT_ROOT": str(out / "checkpoints")})
+    recipe = REPO / "recipes" / "run_grpo_qwen2.5-math-7b_fsdp.sh"
+    dry = subprocess.run(["bash", str(recipe)], env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, check=True).stdout
+    folder = next(line.split("=", 1)[1] for line in dry.splitlines() if line.startswith("trainer.default_local_dir="))
+    assert folder.endswith("grpo_model_other_train_fsdp_seed1") and not Path(folder).exists()
+    existing = out / "checkpoints" / "edge_verl" / "grpo_model_copy_train_fsdp_seed1"
+    forced = subprocess.run(["bash", str(recipe)], env={**env, "CKPT_DIR": str(existing)}, capture_output=True, text=True, timeout=300)
+    assert forced.returncode == 3, forced.stdout[-2000:] + forced.stderr[-2000:]
+    assert "train_data" in forced.stderr and "copy_train.parquet" in forced.stderr and "other_train.parquet" in forced.stderr
+    assert "Ray" not in forced.stdout, "stopped before verl started"

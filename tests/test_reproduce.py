@@ -1,0 +1,116 @@
+"""edge-verl reproduce without running verl: tables, stage planning (dry run), the table's arithmetic and
+markdown, resumability of the report, and argument errors. The real CPU run is tests/e2e/test_reproduce_on_cpu.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_verl.cli import main
+from edge_verl.reproduce.pipeline import (
+    Pipeline,
+    Run,
+    Settings,
+    _logger_with_file,
+    build_table,
+    planned_runs,
+    run_folder,
+    table_markdown,
+)
+from edge_verl.reproduce.tables import TABLES
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def test_every_row_has_an_existing_recipe_for_each_backend_it_names():
+    for table in TABLES.values():
+        for row in table.rows:
+            for backend, recipe in row.recipes.items():
+                assert (RECIPES / recipe).exists(), (table.key, row.key, backend, recipe)
+            assert (row.train_set is not None) == row.trains
+
+
+def test_edge_tables_hold_the_papers_numbers():
+    hard = TABLES["edge_hard_1k"]
+    assert hard.row("edge_7b").paper == {"Avg": 53.21, "aime24": 16.67, "amc": 53.01, "math500": 79.00, "minerva": 36.03, "olympiad_bench": 42.67}
+    assert TABLES["edge_random_1k"].row("grpo_1.5b").paper["Avg"] == 40.32
+    assert hard.row("base_7b").paper == {"Avg": 29.04} and not hard.row("base_7b").trains
+    assert hard.train_sets == ("hard_1k",) and hard.row("edge_1.5b").gec and not hard.row("grpo_1.5b").gec
+
+
+def test_logger_always_includes_file():
+    assert _logger_with_file(None) == "[console,file]"
+    assert _logger_with_file("[console,wandb]") == "[console,wandb,file]"
+    assert _logger_with_file("[file,wandb]") == "[file,wandb]"
+
+
+def _settings(tmp_path, **overrides):
+    options = {"table": TABLES["edge_hard_1k"], "seeds": [1, 2], "out": tmp_path / "out", "recipes_dir": RECIPES}
+    return Settings(**{**options, **overrides})
+
+
+def test_plan_base_rows_once_trained_rows_per_seed(tmp_path):
+    runs = planned_runs(_settings(tmp_path, rows=["base_1.5b", "edge_1.5b"]))
+    assert [run.name for run in runs] == ["base_1.5b", "edge_1.5b_seed1", "edge_1.5b_seed2"]
+
+
+def test_bad_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="backend"):
+        _settings(tmp_path, backend="deepspeed")
+    with pytest.raises(ValueError, match="seeds"):
+        _settings(tmp_path, seeds=[1, 1])
+    with pytest.raises(KeyError, match="no row"):
+        _settings(tmp_path, rows=["edge_70b"])
+    with pytest.raises(ValueError, match="trains on"):
+        _settings(tmp_path, train_files={"random_1k": tmp_path / "x.parquet"})
+    assert main(["reproduce", "edge_hard_1k", "--rows", "nope", "--out", str(tmp_path)]) == 2
+
+
+def test_dry_run_lists_every_stage_and_writes_nothing(tmp_path, capsys):
+    assert main(["reproduce", "edge_hard_1k", "--seeds", "1", "2", "--rows", "base_7b", "grpo_7b", "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("would prepare data")
+    trains = [line for line in lines if line.startswith("would run train")]
+    assert len(trains) == 2 and "SEED=2" in trains[1] and "grpo_qwen2.5-math-7b_hard_1k_fsdp_seed2" in trains[1]
+    assert "MODEL_PATH=Qwen/Qwen2.5-Math-7B" in trains[0] and "run_grpo_qwen2.5-math-7b_fsdp.sh" in trains[0]
+    assert sum(line.startswith("would run eval") for line in lines) == 3 and lines[-1].startswith("would write report")
+    assert not (tmp_path / "out").exists()
+    assert main(["reproduce", "gepo_math", "--seeds", "1", "--backend", "megatron", "--out", str(tmp_path / "g"), "--dry-run"]) == 0
+    assert "run_klcov_qwen3.5-9b_megatron.sh" in capsys.readouterr().out
+
+
+def _fake_eval(folder: Path, avg: float, aime: float):
+    (folder / "eval").mkdir(parents=True)
+    (folder / "eval" / "eval.json").write_text(json.dumps({"aime24": {"problems": 30, "pass@1": aime}, "Avg": {"problems": 1560, "pass@1": avg}}))
+    (folder / "eval.done.json").write_text("{}")
+
+
+def test_table_is_mean_and_sample_std_over_seeds_next_to_the_paper(tmp_path):
+    settings = _settings(tmp_path, rows=["base_1.5b", "edge_1.5b"])
+    runs = planned_runs(settings)
+    # edge seeds: Avg 0.40 and 0.50 -> 45.00 ± 7.07 (sample std: sqrt(((40-45)^2 + (50-45)^2) / 1)); AIME 0.1, 0.2 -> 15 ± 7.07
+    _fake_eval(run_folder(settings, runs[0]), 0.30, 0.0)
+    _fake_eval(run_folder(settings, runs[1]), 0.40, 0.1)
+    _fake_eval(run_folder(settings, runs[2]), 0.50, 0.2)
+    table = build_table(settings, runs)
+    edge = table["rows"][1]
+    assert edge["per_seed"] == {"1": {"Avg": pytest.approx(40.0), "aime24": pytest.approx(10.0)}, "2": {"Avg": pytest.approx(50.0), "aime24": pytest.approx(20.0)}}
+    assert edge["columns"]["Avg"] == {"mean": pytest.approx(45.0), "std": pytest.approx(7.0710678), "n": 2, "paper": 47.24}
+    assert table["rows"][0]["columns"]["Avg"] == {"mean": pytest.approx(30.0), "std": 0.0, "n": 1, "paper": 25.71}
+    text = table_markdown(table)
+    assert "| EDGE-GRPO 1.5B | 2 | 45.00 ± 7.07 [47.24] | 15.00 ± 7.07 [10.00] |" in text
+
+
+def test_report_is_skipped_when_its_inputs_are_unchanged_and_redone_when_they_change(tmp_path):
+    settings = _settings(tmp_path, rows=["base_1.5b"])
+    runs = [Run(TABLES["edge_hard_1k"].row("base_1.5b"), None)]
+    _fake_eval(run_folder(settings, runs[0]), 0.30, 0.0)
+    lines = []
+    pipeline = Pipeline(settings, log=lines.append)
+    pipeline.report(runs)
+    pipeline.report(runs)
+    assert lines[0].startswith("wrote report") and lines[1].startswith("skip  report")
+    (run_folder(settings, runs[0]) / "eval" / "eval.json").write_text(json.dumps({"Avg": {"problems": 1, "pass@1": 1.0}}))
+    pipeline.report(runs)
+    assert lines[2].startswith("wrote report")
+    assert json.loads((settings.out / "table.json").read_text())["rows"][0]["columns"]["Avg"]["mean"] == 100.0
