@@ -114,3 +114,43 @@ def test_report_is_skipped_when_its_inputs_are_unchanged_and_redone_when_they_ch
     pipeline.report(runs)
     assert lines[2].startswith("wrote report")
     assert json.loads((settings.out / "table.json").read_text())["rows"][0]["columns"]["Avg"]["mean"] == 100.0
+
+
+def _fake_recipes(folder: Path, exit_code: int) -> Path:
+    """Recipes standing in for the real ones: DRY_RUN prints the overrides the pipeline reads; the run fails."""
+    folder.mkdir()
+    for recipe in {r for row in TABLES["edge_hard_1k"].rows for r in row.recipes.values()}:
+        (folder / recipe).write_text(
+            '#!/usr/bin/env bash\n'
+            'if [ "${DRY_RUN:-0}" = 1 ]; then echo "trainer.default_local_dir=$CKPT_ROOT/x_seed$SEED"; exit 0; fi\n'
+            f'echo "training $SEED on $TRAIN_FILE"; exit {exit_code}\n'
+        )
+    return folder
+
+
+def test_a_failed_stage_stops_with_the_path_of_its_log_and_is_retried_next_time(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ["train_hard_1k", "train_hard_1k_gec", *(f"eval_{n}" for n in ("aime24", "amc", "math500", "minerva", "olympiad_bench", "aime25"))]:
+        (data / f"{name}.parquet").write_bytes(b"")
+    recipes = _fake_recipes(tmp_path / "recipes", exit_code=7)
+    argv = ["reproduce", "edge_hard_1k", "--seeds", "1", "--rows", "grpo_1.5b", "--out", str(tmp_path / "out"),
+            "--data-dir", str(data), "--recipes", str(recipes)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    log = tmp_path / "out" / "runs" / "grpo_1.5b_seed1" / "train.log"
+    assert f"stage 'train grpo_1.5b_seed1' failed: run_grpo_qwen2.5-math-7b_fsdp.sh exited with 7; log: {log}" in captured.err
+    assert "training 1 on" in log.read_text() and not (log.parent / "train.done.json").exists()
+    assert main(argv) == 1  # nothing was marked done: the next invocation runs the stage again
+    assert log.read_text().count("training 1 on") == 2
+    assert len(list((log.parent / "metrics").glob("attempt_*.jsonl"))) == 0  # the fake recipe logged nothing
+    recipes_ok = _fake_recipes(tmp_path / "recipes_ok", exit_code=0)
+    assert main([*argv[:-1], str(recipes_ok)]) == 1
+    assert "no checkpoint in" in capsys.readouterr().err  # exit 0 without a checkpoint is a failure too
+
+
+def test_random_1k_unavailable_fails_the_data_stage_loudly(tmp_path, capsys):
+    argv = ["reproduce", "edge_random_1k", "--seeds", "1", "--rows", "grpo_1.5b", "--out", str(tmp_path / "out"),
+            "--random-source", "", "--recipes", str(_fake_recipes(tmp_path / "recipes", exit_code=0))]
+    assert main(argv) == 1
+    assert "stage 'data' failed: Random-1K needs the DeepScaleR-Preview data set" in capsys.readouterr().err
