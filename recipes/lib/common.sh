@@ -50,7 +50,8 @@ SEED=${SEED:-42}
 ROLLOUT_TP=${ROLLOUT_TP:-1}
 GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}
 TEST_FREQ=${TEST_FREQ:-100}
-SAVE_FREQ=${SAVE_FREQ:-100}
+SAVE_FREQ=${SAVE_FREQ:-100}                    # verl also saves the last step (evaluation reads it)
+MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-2}        # each 7B checkpoint is ~15 GB of HF weights + optimizer state
 VAL_BEFORE_TRAIN=${VAL_BEFORE_TRAIN:-True}
 PROJECT_NAME=${PROJECT_NAME:-edge_verl}
 MODEL_TAG=$(basename "$MODEL_PATH" | tr '[:upper:]' '[:lower:]')
@@ -129,6 +130,7 @@ TRAINER_ARGS=(
     trainer.total_training_steps="$TOTAL_STEPS"
     trainer.test_freq="$TEST_FREQ"
     trainer.save_freq="$SAVE_FREQ"
+    trainer.max_actor_ckpt_to_keep="$MAX_CKPT_TO_KEEP"
     trainer.val_before_train="$VAL_BEFORE_TRAIN"
 )
 FSDP_ARGS=(
