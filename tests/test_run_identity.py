@@ -93,3 +93,17 @@ def test_recipe_stops_before_verl_when_the_folder_belongs_to_another_run(tmp_pat
     completed = subprocess.run(["bash", str(RECIPES / "run_grpo_qwen2.5-math-7b_fsdp.sh")], env=env, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 3
     assert 'method: "edge" (checkpoint) vs "grpo" (this run)' in completed.stderr
+
+
+def test_hydra_overrides_after_the_script_are_what_the_identity_checks(tmp_path):
+    """`bash recipe.sh trainer.default_local_dir=X data.train_files=Y` runs verl on X with Y: check those."""
+    data = _train_file(tmp_path, "train_hard_1k.parquet", b"rows")
+    other = _train_file(tmp_path, "other.parquet", b"other rows")
+    folder = tmp_path / "ckpt"
+    check_or_record(folder, describe("grpo", "Qwen/Qwen2.5-Math-7B", str(data), "fsdp", 42))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "TRAIN_FILE": str(data)}
+    completed = subprocess.run(
+        ["bash", str(RECIPES / "run_grpo_qwen2.5-math-7b_fsdp.sh"), f"trainer.default_local_dir={folder}", f"data.train_files={other}"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 3 and "train_data" in completed.stderr and "other.parquet" in completed.stderr

@@ -212,7 +212,17 @@ run_verl() {
         printf '%s\n' "--config-name=$config_name" "${args[@]}"
         return 0
     fi
-    python -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
-        --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" || return $?
+    # The identity of what verl will actually run: the last value of each key wins, as in Hydra.
+    local ckpt_dir=$CKPT_DIR model=$MODEL_PATH train_file=$TRAIN_FILE seed=$SEED arg
+    for arg in "${args[@]}"; do
+        case "$arg" in
+            trainer.default_local_dir=*) ckpt_dir=${arg#*=} ;;
+            actor_rollout_ref.model.path=*) model=${arg#*=} ;;
+            data.train_files=*) train_file=${arg#*=} ;;
+            data.seed=*) seed=${arg#*=} ;;
+        esac
+    done
+    python -m edge_verl.cli run-identity "$ckpt_dir" --method "$METHOD" --model "$model" \
+        --train-file "$train_file" --backend "$BACKEND" --seed "$seed" || return $?
     python -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
 }
