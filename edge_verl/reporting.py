@@ -75,13 +75,17 @@ def group_name(run: Path) -> str:
     return SEED_SUFFIX.sub("", Path(run).name)
 
 
-def curves_by_step(runs: Iterable[Path], metric: str) -> dict[int, list[float]]:
+def metric_series(records: Sequence[dict], metric: str) -> list[tuple[int, float]]:
+    """(step, value) of one metric in one run's records (as ``load_metrics`` returns them)."""
+    return [(record["step"], float(record[metric])) for record in records if record.get(metric) is not None]
+
+
+def curves_by_step(series_per_run: Iterable[Sequence[tuple[int, float]]]) -> dict[int, list[float]]:
     """step -> the metric's value in each run that logged it at that step."""
     by_step: dict[int, list[float]] = {}
-    for run in runs:
-        for record in load_metrics(run):
-            if metric in record and record[metric] is not None:
-                by_step.setdefault(record["step"], []).append(float(record[metric]))
+    for series in series_per_run:
+        for step, value in series:
+            by_step.setdefault(step, []).append(value)
     return by_step
 
 
@@ -92,6 +96,7 @@ def compare(runs: list[Path], metrics: list[str], window: int) -> tuple[dict, di
     ``window`` logged steps; every ``eval.json`` entry (pass@k) becomes a column in %. Raises when no run
     has any of ``metrics`` and no run has an ``eval.json`` (a table of "-" says nothing).
     """
+    loaded = {run: load_metrics(run) for run in runs}
     groups: dict[str, list[Path]] = {}
     for run in runs:
         groups.setdefault(group_name(run), []).append(run)
@@ -101,14 +106,10 @@ def compare(runs: list[Path], metrics: list[str], window: int) -> tuple[dict, di
     for group, members in groups.items():
         row: dict[str, str] = {}
         for metric in metrics:
-            finals = []
-            for run in members:
-                values = [(r["step"], r[metric]) for r in load_metrics(run) if r.get(metric) is not None]
-                for step, value in values:
-                    curves[metric].setdefault(group, {}).setdefault(step, []).append(value)
-                if values:
-                    tail = [value for _, value in values[-window:]]
-                    finals.append(sum(tail) / len(tail))
+            series = [metric_series(loaded[run], metric) for run in members]
+            finals = [sum(value for _, value in s[-window:]) / len(s[-window:]) for s in series if s]
+            if finals:
+                curves[metric][group] = curves_by_step(series)
             found = found or bool(finals)
             row[metric] = format_mean_std(finals)
         evals: dict[str, list[float]] = {}
@@ -122,7 +123,7 @@ def compare(runs: list[Path], metrics: list[str], window: int) -> tuple[dict, di
         row.update({column: format_mean_std(values) for column, values in evals.items()})
         table[group] = row
     if not found:
-        available = sorted({key for run in runs for record in load_metrics(run)[:1] for key in record})
+        available = sorted({key for records in loaded.values() for record in records[:1] for key in record})
         raise ValueError(
             f"none of the runs has the metrics {metrics} or an eval.json; metric files found: "
             f"{[str(path) for run in runs for path in metric_files(run)] or 'none'}; keys in them: {available[:40]}"

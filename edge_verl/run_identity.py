@@ -17,18 +17,14 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from edge_verl.data import sha256
+
 IDENTITY_FILE = "edge_verl_run.json"
 KEYS = ("method", "model", "train_data", "backend", "seed")
 
 
 class RunIdentityMismatch(RuntimeError):
     pass
-
-
-def _file_digest(path: Path) -> str:
-    from edge_verl.data import sha256
-
-    return sha256(path)
 
 
 def describe(method: str, model: str, train_file: str, backend: str, seed: int | str) -> dict:
@@ -38,7 +34,7 @@ def describe(method: str, model: str, train_file: str, backend: str, seed: int |
     train_path = Path(train_file).expanduser()
     train = {"path": str(train_path.resolve()) if train_path.exists() else str(train_file)}
     if train_path.is_file():
-        train["sha256"] = _file_digest(train_path)
+        train["sha256"] = sha256(train_path)
     return {
         "method": str(method),
         "model": str(model_path.resolve()) if model_path.exists() else str(model),

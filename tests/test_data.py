@@ -88,9 +88,6 @@ def test_random_1k_through_datasets_is_seeded_duplicate_free_and_order_independe
     assert records == random_1k_records(RandomSource(hub=str(source)), size=20, seed=1)[0]
     assert records != random_1k_records(RandomSource(hub=str(source)), size=20, seed=2)[0]
     shuffled = list(reversed(load_deepscaler(str(source))))
-    dedup_first = {}
-    for record in shuffled:
-        dedup_first.setdefault(record["problem"], record)
     assert [r["problem"] for r in sample_unique(shuffled, 20, 1)] == [r["problem"] for r in records]
     with pytest.raises(ValueError, match="55 unique"):
         sample_unique(shuffled, 56, 1)

@@ -65,7 +65,7 @@ def add_reproduce_parser(commands) -> None:
 
 
 def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
-    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, Settings, StageFailed
+    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, Settings, StageFailed, table_markdown
 
     try:
         settings = Settings(
@@ -97,7 +97,5 @@ def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
         print(f"edge-verl reproduce: {error}", file=sys.stderr)
         return 1
     if table is not None:
-        from edge_verl.reproduce.pipeline import table_markdown
-
         print(table_markdown(table))
     return 0

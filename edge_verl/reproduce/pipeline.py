@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
-from edge_verl.reporting import curves_by_step, load_eval_table, mean_std, plot
+from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, mean_std, metric_series, plot
 from edge_verl.reproduce.tables import BACKENDS, BENCHMARK_COLUMNS, CURVES, Row, Table
 
 DONE_SUFFIX = ".done.json"
@@ -318,9 +318,9 @@ class Pipeline:
         curves = {metric: {} for metric in CURVES}
         for row in settings.selected_rows():
             if row.trains:
-                folders = [run_folder(settings, run) for run in runs if run.row == row]
+                loaded = [load_metrics(run_folder(settings, run)) for run in runs if run.row == row]
                 for metric in CURVES:
-                    by_step = curves_by_step(folders, metric)
+                    by_step = curves_by_step(metric_series(records, metric) for records in loaded)
                     if by_step:
                         curves[metric][row.label] = by_step
         plot(curves, settings.out / "curves.png", CURVES)
