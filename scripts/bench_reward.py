@@ -6,7 +6,15 @@ sees the same full responses. Prints agreement, throughput with 2 caller threads
 (math-verify direct: 1 thread, its signal timeouts need the main thread), latency p50/p99/max, first-call
 latency, worker RSS, and the latency of a few hostile inputs (power towers) that hang math-verify.
 
+``--load``: N hostile answers (power towers, huge factorials) and M correct symbolic ones submitted at once
+from N+M threads, hostile ones first in line, to edge_verl's reward and to verl's math_verify scorer:
+correct answers lost and the slowest call of each kind, against edge_verl's documented bound.
+``--public``: agreement with held-out labelled cases from other public graders' unit tests
+(tests/reward/data/public_grader_cases.jsonl), edge_verl (strict, lenient) vs math-verify direct.
+
     .venv/bin/python scripts/bench_reward.py --pairs 400
+    .venv/bin/python scripts/bench_reward.py --load --hostile 8 --correct 18
+    .venv/bin/python scripts/bench_reward.py --public
 """
 
 from __future__ import annotations
@@ -121,12 +129,78 @@ def run(name: str, grade, threads: int, pairs, hostile: bool, timeout_s: float) 
     return result
 
 
+def load(hostile: int, correct: int, timeout_s: float, wait_s: float) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    from verl.utils.reward_score import math_verify as verl_math_verify
+
+    from edge_verl.reward.checks import run_load
+    from edge_verl.reward.pool import get_pool
+
+    get_pool().wait_ready()
+    verl_pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    verl_math_verify._pool = verl_pool
+
+    def verl_grade(data_source, response, gold, timeout_s, wait_s):
+        score = verl_math_verify.compute_score(response, gold, timeout=timeout_s)
+        return {"score": float(score), "grader": "-"}
+
+    verl_grade("load", "\\boxed{1}", "1", timeout_s, wait_s)  # warm its workers (first call ~9 s)
+    results = {"edge_verl": run_load(hostile, correct, timeout_s, wait_s), "verl math_verify": run_load(hostile, correct, timeout_s, wait_s, verl_grade)}
+    for process in list(getattr(verl_pool, "_processes", {}).values()):  # its timed-out workers never stop
+        process.kill()
+    print(f"{hostile} hostile + {correct} correct symbolic answers at once from {hostile + correct} threads; deadline {timeout_s:.0f} s\n")
+    print("| grader | correct lost | correct median s | correct max s | hostile max s | bound s |")
+    print("|---|---|---|---|---|---|")
+    for name, result in results.items():
+        summary = result.summary()
+        bound = f"{result.bound_s:.0f} (wait {wait_s:.0f} + deadline {timeout_s:.0f})" if name == "edge_verl" else "none"
+        print(
+            f"| {name} | {summary['correct_lost']:.0f} of {correct} | {summary['correct_median_s']:.2f} | {summary['correct_max_s']:.2f} | "
+            f"{summary['hostile_max_s']:.2f} | {bound} |"
+        )
+    counters = get_pool().counters
+    print(f"\nedge_verl pool: peak {counters.peak_processes} processes, {counters.spares} spares started, {counters.killed} killed at the deadline")
+
+
+def public_cases() -> None:
+    import logging
+    from pathlib import Path
+
+    from edge_verl.reward import compute_score
+    from edge_verl.reward.checks import agreement, math_verify_direct, read_labelled_cases
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    cases = read_labelled_cases(Path(__file__).resolve().parents[1] / "tests" / "reward" / "data" / "public_grader_cases.jsonl")
+    graders = {
+        "edge_verl strict": lambda response, gold: compute_score("public", response, gold)["score"] == 1.0,
+        "edge_verl lenient": lambda response, gold: compute_score("public", response, gold, format_policy="lenient")["score"] == 1.0,
+        "math-verify direct": math_verify_direct,
+    }
+    print(f"{len(cases)} held-out labelled cases ({sum(c.expected for c in cases)} correct, {sum(not c.expected for c in cases)} wrong)\n")
+    print("| grader | agree | share |")
+    print("|---|---|---|")
+    for name, grade in graders.items():
+        right, _ = agreement(cases, grade)
+        print(f"| {name} | {right} | {right / len(cases):.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=400, help="positive pairs (as many negatives)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0, help="per-call deadline for the graders that have one")
+    parser.add_argument("--load", action="store_true", help="the load test instead of the agreement/throughput table")
+    parser.add_argument("--hostile", type=int, default=8, help="--load: hostile answers")
+    parser.add_argument("--correct", type=int, default=18, help="--load: correct symbolic answers")
+    parser.add_argument("--wait", type=float, default=120.0, help="--load: edge_verl's bound on waiting for a worker")
+    parser.add_argument("--public", action="store_true", help="agreement with held-out public grader test cases")
     args = parser.parse_args()
+    if args.load:
+        return load(args.hostile, args.correct, args.timeout, args.wait)
+    if args.public:
+        return public_cases()
     pairs = labelled_pairs(args.pairs, args.seed)
     results = {}
     for name, (grade, threads) in graders(args.timeout).items():

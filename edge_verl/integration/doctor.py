@@ -25,7 +25,7 @@ from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.plugin.platform import PlatformRegistry
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 entry_points = [ep.value for ep in md.entry_points(group="verl.plugins") if ep.name.startswith("edge_verl")]
-from edge_verl.reward import compute_score
+from edge_verl.reward.score import self_check
 from edge_verl.integration.internals import find_internal_mismatches
 from edge_verl.integration.trainer_hooks import VERL_INTERNALS
 print(json.dumps({
@@ -35,7 +35,7 @@ print(json.dumps({
     "agent_loops": sorted(_agent_loop_registry),
     "platforms": sorted(PlatformRegistry.registered_names()),
     "rollouts": sorted(RolloutReplicaRegistry._registry),
-    "reward_probe": compute_score("doctor", "so \\boxed{2}", "2")["score"],
+    "reward_probe": self_check(),
     "internals": find_internal_mismatches(VERL_INTERNALS),
 }))
 """
@@ -64,9 +64,20 @@ def find_problems(report: dict, cpu: bool) -> list[str]:
     if cpu and "hf" not in report["rollouts"]:
         problems.append("EDGE_VERL_CPU=1 but the 'hf' rollout is not registered")
     problems.extend(f"verl internal changed: {line}" for line in report["internals"])
-    if report["reward_probe"] != 1.0:
-        problems.append(f"edge_verl.reward.compute_score graded a correct answer {report['reward_probe']}")
+    problems.extend(reward_problems(report["reward_probe"]))
     return problems
+
+
+def reward_problems(probe: dict) -> list[str]:
+    """What is wrong with the reward's self-check (a symbolic answer graded by a grading worker)."""
+    if "error" in probe:
+        return [f"edge_verl.reward cannot grade: {probe['error']}"]
+    if probe.get("grader") != "worker" or probe.get("score") != 1.0:
+        return [
+            f"edge_verl.reward's grading worker scored a correct symbolic answer {probe.get('score')} "
+            f"(grader {probe.get('grader')!r}, reason {probe.get('reason')!r})"
+        ]
+    return []
 
 
 def run_doctor(stream=sys.stdout) -> int:
@@ -80,7 +91,11 @@ def run_doctor(stream=sys.stdout) -> int:
     stream.write(f"advantage estimators: {', '.join(report['estimators'])}\n")
     stream.write(f"agent loops: {', '.join(report['agent_loops'])}\n")
     stream.write(f"platforms: {', '.join(report['platforms'])}   rollouts: {', '.join(report['rollouts'])}\n")
-    stream.write(f"reward entry: pkg://edge_verl.reward:compute_score (probe score {report['reward_probe']})\n")
+    probe = report["reward_probe"]
+    stream.write(
+        "reward entry: pkg://edge_verl.reward:compute_score "
+        f"(symbolic self-check: {probe.get('score', 'error')} by {probe.get('grader', 'no grader')})\n"
+    )
     problems = find_problems(report, cpu)
     for problem in problems:
         stream.write(f"FAIL {problem}\n")

@@ -27,6 +27,15 @@ SAMPLE_INDEX_COLUMN = "edge_verl_sample_index"
 METRICS_SECTION = "edge_metrics"
 ADVANTAGE_SCOPE = "adv"
 
+# The reward's extra-info key saying who decided each call (``edge_verl.reward.score.GRADER_OUTCOMES``),
+# and the scope of the per-step fractions of calls per outcome (``edge_verl/grader/<outcome>``).
+REWARD_GRADER_KEY = "grader"
+GRADER_SCOPE = "grader"
+# verl's extra_fields key (v1 trainer) holding the reward function's extra info per sample.
+REWARD_EXTRA_INFO_FIELD = "reward_extra_info"
+# ``reward.custom_reward_function.path`` values that mean edge_verl's reward.
+REWARD_MODULE = "edge_verl.reward"
+
 # Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
 

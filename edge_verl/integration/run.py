@@ -80,6 +80,7 @@ class TrainingRun:
     gec: GecConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     thresholds: Optional[GepoThresholds] = None
+    grader_metrics: bool = False  # the run's reward is edge_verl's: log edge_verl/grader/* (set from verl's config)
     pending_metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod

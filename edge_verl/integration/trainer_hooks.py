@@ -11,9 +11,11 @@ fetch, no extra checkpoint file). What each wrapper is for:
   ``algorithm.edge_metrics.advantage_stats``, compute ``edge_verl/adv/*`` for any estimator;
 - v1 ``PPOTrainer._compute_advantage``: fetch per-token ``entropy`` from the TransferQueue when the
   estimator needs it (v1 writes it but does not read it back), and add the estimator's metrics to the
-  step's metrics; v1 ``PPOTrainer._compute_metrics``: GEC's metrics from the rollout's extra_fields;
+  step's metrics; v1 ``PPOTrainer._compute_metrics``: GEC's metrics from the rollout's extra_fields, and
+  the reward's grader outcomes (``edge_verl/grader/*``) when the run grades with edge_verl's reward;
 - legacy ``RayPPOTrainer._compute_old_log_prob``: keep a copy of ``entropys``, which legacy pops;
-  legacy ``ray_trainer.compute_data_metrics``: the estimator's and GEC's metrics into the step's metrics;
+  legacy ``ray_trainer.compute_data_metrics``: the estimator's, GEC's and the grader's metrics into the
+  step's metrics;
 - legacy ``AgentLoopManager.generate_sequences``: number each response within its uid group before verl
   splits the batch across agent-loop workers, so GEC's seeded decisions do not depend on the split.
 ``VERL_INTERNALS`` lists every verl attribute used here with the parameters relied on; the internals
@@ -124,9 +126,22 @@ def check_gec_rows(
         )
 
 
+def uses_edge_reward(config: Any) -> bool:
+    """verl's config grades with edge_verl's reward (``reward.custom_reward_function`` or the legacy
+    top-level ``custom_reward_function``)."""
+    sections = [config.get("reward", {}) or {}, config]
+    for section in sections:
+        function = section.get("custom_reward_function", None) or {}
+        path = str(function.get("path", "") or "")
+        if names.REWARD_MODULE in path.replace("/", "."):
+            return True
+    return False
+
+
 def check_run_config(config: Any) -> TrainingRun:
     """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
     run = TrainingRun.from_config(config.algorithm)
+    run.grader_metrics = uses_edge_reward(config)
     if run.gec_enabled:
         from edge_verl.integration.gec_agent_loop import check_gec_supported
 
@@ -263,15 +278,27 @@ def _gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dic
     return prefixed(summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs))
 
 
+def _grader_metrics(outcomes: Iterable) -> dict[str, float]:
+    from edge_verl.reward.score import grader_outcome_fractions
+
+    return prefixed(grader_outcome_fractions(outcomes), names.GRADER_SCOPE)
+
+
 def _make_v1_compute_metrics(original: Callable, tq_module: Any) -> Callable:
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
         result = original(self, batch, metrics, *args, **kwargs)
-        if not run_of(self).gec_enabled:
+        run = run_of(self)
+        if not (run.gec_enabled or run.grader_metrics):
             return result
         keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        fields = ["extra_fields", "uid", "rm_scores", "response_mask", "old_log_probs"]
+        fields = ["extra_fields", "uid", "rm_scores", "response_mask", "old_log_probs"] if run.gec_enabled else ["extra_fields"]
         data = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
-        infos = [extra.get(names.GEC_INFO_KEY) if isinstance(extra, dict) else None for extra in data.pop("extra_fields").tolist()]
+        extras = [extra if isinstance(extra, dict) else {} for extra in data.pop("extra_fields").tolist()]
+        if run.grader_metrics:
+            metrics.update(_grader_metrics((extra.get(names.REWARD_EXTRA_INFO_FIELD) or {}).get(names.REWARD_GRADER_KEY) for extra in extras))
+        if not run.gec_enabled:
+            return result
+        infos = [extra.get(names.GEC_INFO_KEY) for extra in extras]
         uids = [str(uid) for uid in data.pop("uid").tolist()]
         padded = data.to_padded_tensor()
         metrics.update(_gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"]))
@@ -319,11 +346,13 @@ def _make_compute_data_metrics(original: Callable) -> Callable:
     def compute_data_metrics(*args, **kwargs):
         metrics = original(*args, **kwargs)
         run = current_run()
+        batch = kwargs.get("batch", args[0] if args else None)
+        if run is not None and run.grader_metrics and batch is not None and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
+            metrics.update(_grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
         if run is None or not run.is_ours:
             return metrics
         metrics.update(run.pending_metrics)
         run.pending_metrics.clear()
-        batch = kwargs.get("batch", args[0] if args else None)
         infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY) if batch is not None else None
         if infos is not None:  # legacy trainer: agent-loop extra_fields are non-tensor columns
             metrics.update(

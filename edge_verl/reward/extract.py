@@ -58,25 +58,61 @@ def _box_at(text: str, start: int, command: str) -> str | None:
 MAX_MALFORMED_BOXES = 100
 
 
-def last_boxed_answer(text: str) -> str | None:
-    """The argument of the last well-formed ``\\boxed``/``\\fbox`` of ``text`` (stripped), or None.
+def last_boxed_answers(text: str, count: int = 1) -> list[str]:
+    """The arguments of the last ``count`` well-formed ``\\boxed``/``\\fbox`` of ``text`` (stripped), in
+    reading order; fewer when there are fewer.
 
     Scans backwards from the end with ``str.rfind`` (C speed), parsing each candidate over at most
     MAX_ANSWER_CHARS characters and giving up after MAX_MALFORMED_BOXES malformed ones, so a megabyte of
-    boxes costs milliseconds. "\\boxed{4}, but actually \\boxed{5}" grades 5: the last answer wins.
-    """
+    boxes costs milliseconds."""
     if not isinstance(text, str) or not text:
-        return None
+        return []
+    found: list[str] = []
     end = len(text)
-    for _ in range(MAX_MALFORMED_BOXES):
+    malformed = 0
+    while len(found) < count and malformed < MAX_MALFORMED_BOXES:
         candidates = [(text.rfind(command, 0, end), command) for command in BOX_COMMANDS]
         start, command = max(candidates)
         if start == -1:
-            return None
+            break
         following = text[start + len(command) : start + len(command) + 1]
-        if not following.isalpha():  # "\\boxedfoo" is another command
-            answer = _box_at(text, start, command)
-            if answer is not None and answer.strip():
-                return answer.strip()
+        answer = _box_at(text, start, command) if not following.isalpha() else None  # "\\boxedfoo" is another command
+        if answer is not None and answer.strip():
+            found.append(answer.strip())
+        else:
+            malformed += 1
         end = start
-    return None
+    return found[::-1]
+
+
+def last_boxed_answer(text: str) -> str | None:
+    """The argument of the last well-formed ``\\boxed``/``\\fbox`` of ``text`` (stripped), or None.
+    "\\boxed{4}, but actually \\boxed{5}" grades 5: the last answer wins."""
+    answers = last_boxed_answers(text, 1)
+    return answers[0] if answers else None
+
+
+# Phrases that introduce a final answer in free text, searched case-insensitively from the end.
+ANSWER_PHRASES = ("final answer is", "final answer:", "the answer is", "answer is", "answer:")
+
+
+def phrased_final_answer(text: str, tail_chars: int = 4000) -> str | None:
+    """The answer after the last "the answer is" / "Answer:" (and similar) of ``text``, up to the end of
+    its line, without math delimiters or a final period; None when there is no such phrase. For the
+    lenient format policy: prompts that do not ask for a box. Pure string search over the last
+    ``tail_chars`` characters."""
+    if not isinstance(text, str) or not text:
+        return None
+    tail = text[-tail_chars:]
+    lowered = tail.lower()
+    starts = [(lowered.rfind(phrase), phrase) for phrase in ANSWER_PHRASES]
+    start, phrase = max(starts, key=lambda item: (item[0], len(item[1])))
+    if start == -1:
+        return None
+    line = tail[start + len(phrase) :].lstrip(" :\t").split("\n", 1)[0][:MAX_ANSWER_CHARS].strip()
+    line = line.rstrip(".").strip()
+    for opening, closing in (("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"), ("$", "$")):
+        if line.startswith(opening) and line.endswith(closing) and len(line) > len(opening) + len(closing):
+            line = line[len(opening) : -len(closing)].strip()
+            break
+    return line.rstrip(".").strip() or None

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import re
 
+from edge_verl.reward.forms import UNIT_WORDS
+
 _REMOVE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\displaystyle", "^\\circ", "^{\\circ}", "\\circ", "\\$", "\\%", "$", "%", "°")
-_TEXT_COMMANDS = ("\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\textit", "\\mbox", "\\operatorname")
+_TEXT_COMMANDS = ("\\textnormal", "\\textrm", "\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\textit", "\\mbox", "\\operatorname")
 # A unit word directly after a number at the very end ("10cm" once \text{ cm} is unwrapped and spaces go).
-_UNIT_WORDS = re.compile(
-    r"(?<=\d)(cm|km|mm|inches|inch|feet|ft|units|unit|degrees|degree|meters|cents|dollars|hours|minutes|"
-    r"seconds|days|squareunits|sq\.?units)$"
-)
+_UNIT_WORDS = re.compile(r"(?<=\d)(" + "|".join(re.escape(word) for word in sorted(UNIT_WORDS, key=len, reverse=True)) + r")$")
 _ASSIGNMENT = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?=(?=[^=]+$)")
 _CHOICE = re.compile(r"^\(?([A-Ea-e])\)?$")
 _TIME = re.compile(r"^\d{1,2}:\d{2}(?::\d{2})?(?:am|pm|a\.m\.|p\.m\.)?$", re.IGNORECASE)

@@ -8,8 +8,19 @@ import json
 import pytest
 
 from edge_verl.demo.run import DemoConfig, run_demo
+from edge_verl.reward.score import GRADER_OUTCOMES
 
 pytestmark = pytest.mark.e2e
+
+GRADER_KEYS = {f"edge_verl/grader/{outcome}" for outcome in GRADER_OUTCOMES}
+
+
+def assert_grader_metrics(row):
+    # the reward's health: the fraction of this step's calls per outcome (caller, worker, deadline, ...)
+    fractions = {key: value for key, value in row.items() if key.startswith("edge_verl/grader/")}
+    assert set(fractions) == GRADER_KEYS, sorted(fractions)
+    assert sum(fractions.values()) == pytest.approx(1.0) and all(0.0 <= value <= 1.0 for value in fractions.values())
+
 
 GEPO_KEYS = ("group_entropy_mean", "group_entropy_std", "h_low", "h_high", "pos_attenuated_frac", "neg_attenuated_frac")
 
@@ -25,6 +36,9 @@ def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
     out, rows = gepo_v1_checkpointed
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
+    for row in rows:
+        if row["step"] >= 1:  # step 0 holds validation only
+            assert_grader_metrics(row)
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
     assert saved["gepo_thresholds"]["num_updates"] == 2  # validation (before step 1) did not update them
     assert any(key.startswith("val-core/") for key in rows[0]), "validation ran"
@@ -49,15 +63,20 @@ def test_gepo_legacy_run_logs_metrics_and_saves_thresholds(run_cpu_demo):
     out, rows = run_cpu_demo("gepo_legacy", algorithm="gepo", trainer="legacy", steps=2, save_freq=2)
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
+    for row in rows:
+        if row["step"] >= 1:  # step 0 holds validation only
+            assert_grader_metrics(row)
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
     assert saved["gepo_thresholds"]["num_updates"] == 2
 
 
-def test_plain_grpo_run_with_the_plugin_installed_writes_nothing_of_ours(run_cpu_demo):
+def test_plain_grpo_run_with_the_plugin_installed_writes_nothing_of_ours_but_the_rewards_health(run_cpu_demo):
+    # the demo grades with edge_verl's reward, so its grader metrics are there; nothing else of the plugin
     out, rows = run_cpu_demo("grpo_plain", algorithm="grpo", trainer="v1", steps=1, save_freq=1)
     assert (out / "checkpoints" / "global_step_1").is_dir()
     assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
-    assert not [key for row in rows for key in row if key.startswith("edge_verl/")]
+    assert {key for row in rows for key in row if key.startswith("edge_verl/")} == GRADER_KEYS
+    assert_grader_metrics(rows[-1])
 
 
 def test_gec_switched_on_without_gec_rows_fails_before_the_first_rollout(tmp_path):

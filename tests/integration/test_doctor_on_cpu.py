@@ -19,6 +19,26 @@ def test_doctor_passes_and_lists_our_components():
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "edge_eda" in completed.stdout and "gepo" in completed.stdout and "edge_gec" in completed.stdout
     assert completed.stdout.startswith("verl 0.9.1")
+    assert "symbolic self-check: 1.0 by worker" in completed.stdout
+
+
+def test_doctor_fails_loudly_when_grading_workers_cannot_start(tmp_path):
+    broken = tmp_path / "math_verify"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('simulated: no math_verify here')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert completed.returncode == 1, completed.stdout + completed.stderr
+    assert "FAIL edge_verl.reward cannot grade" in completed.stdout
+    assert "simulated: no math_verify here" in completed.stdout  # the worker's stderr tail names the cause
+
+
+def test_a_self_check_decided_without_a_worker_is_a_problem():
+    from edge_verl.integration.doctor import reward_problems
+
+    assert reward_problems({"score": 1.0, "grader": "worker", "reason": ""}) == []
+    assert "grader 'caller'" in reward_problems({"score": 1.0, "grader": "caller", "reason": ""})[0]
+    assert "scored a correct symbolic answer 0.0" in reward_problems({"score": 0.0, "grader": "deadline", "reason": "deadline"})[0]
 
 
 def test_doctor_fails_loudly_when_the_plugin_is_not_loaded():

@@ -261,3 +261,67 @@ def test_bad_metrics_option_is_reported():
         TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"advantage_stats": "yes"}}))
     with pytest.raises(ValueError, match="unknown option"):
         TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"adv_stats": True}}))
+
+
+# --- the reward's grader outcomes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reward, expected",
+    [
+        ({"reward": {"custom_reward_function": {"path": "pkg://edge_verl.reward", "name": "compute_score"}}}, True),
+        ({"reward": {"custom_reward_function": {"path": "/venv/lib/site-packages/edge_verl/reward/__init__.py"}}}, True),
+        ({"custom_reward_function": {"path": "pkg://edge_verl.reward"}}, True),  # verl's legacy top-level key
+        ({"reward": {"custom_reward_function": {"path": "/home/me/my_reward.py"}}}, False),
+        ({"reward": {"custom_reward_function": {"path": None}}}, False),
+        ({}, False),
+    ],
+)
+def test_grader_metrics_are_on_when_the_run_grades_with_edge_verls_reward(reward, expected):
+    config = OmegaConf.merge(_config("grpo"), OmegaConf.create(reward))
+    assert trainer_hooks.uses_edge_reward(config) is expected
+    assert trainer_hooks.check_run_config(config).grader_metrics is expected
+
+
+class _ExtraFieldsTQ:
+    def __init__(self, extra_fields):
+        self.extra_fields, self.calls = extra_fields, []
+
+    def kv_batch_get(self, **kwargs):
+        self.calls.append(kwargs)
+        column = np.empty(len(self.extra_fields), dtype=object)
+        column[:] = self.extra_fields
+        return {"extra_fields": column}
+
+
+def test_v1_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
+    config = OmegaConf.merge(_config("grpo"), OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://edge_verl.reward"}}}))
+    trainer = _trainer(config)
+    # 4 samples: 2 decided in the caller, 1 by a worker, 1 cut at its deadline (v1 pads a missing key with None)
+    extra = [{"reward_extra_info": {"grader": outcome}} for outcome in ("caller", "worker", "caller", "deadline")] + [{}]
+    tq = _ExtraFieldsTQ(extra)
+    batch = SimpleNamespace(keys=["k0", "k1", "k2", "k3", "k4"], tags=[{}] * 5, partition_id="train")
+    metrics = {}
+    trainer_hooks._make_v1_compute_metrics(lambda self, batch, metrics, *a: None, tq)(trainer, batch, metrics)
+    assert tq.calls[0]["select_fields"] == ["extra_fields"]  # no GEC: nothing else is fetched
+    assert metrics == {
+        "edge_verl/grader/caller": 0.5, "edge_verl/grader/worker": 0.25, "edge_verl/grader/deadline": 0.25,
+        "edge_verl/grader/waiting": 0.0, "edge_verl/grader/no_answer": 0.0, "edge_verl/grader/crashed": 0.0,
+    }  # fmt: skip
+
+
+def test_legacy_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
+    run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
+    run.grader_metrics = True
+    batch = DataProto.from_dict(
+        tensors={"x": torch.zeros(4, 1)}, non_tensors={"grader": np.array(["waiting", "worker", "worker", "no_answer"], dtype=object)}
+    )
+    compute_data_metrics = trainer_hooks._make_compute_data_metrics(lambda batch, use_critic: {"verl/own": 1.0})
+    with active_run(run):
+        metrics = compute_data_metrics(batch=batch, use_critic=False)
+    assert metrics["verl/own"] == 1.0
+    assert metrics["edge_verl/grader/worker"] == 0.5 and metrics["edge_verl/grader/waiting"] == 0.25
+    assert metrics["edge_verl/grader/no_answer"] == 0.25 and metrics["edge_verl/grader/caller"] == 0.0
+    run.grader_metrics = False  # another reward function: nothing
+    with active_run(run):
+        assert compute_data_metrics(batch=batch, use_critic=False) == {"verl/own": 1.0}

@@ -7,6 +7,7 @@ import pathlib
 import pytest
 
 from edge_verl.reward import compute_score
+from edge_verl.reward.score import GRADER_OUTCOMES
 
 
 def B(answer: str) -> str:
@@ -61,6 +62,27 @@ CORRECT = [
     ("trig_value", B("\\frac{\\sqrt{3}}{2}"), "\\sin(\\pi/3)"), ("log_value", B("\\log_2 8"), "3"),
     ("binomial", B("\\binom{5}{2}"), "10"), ("factorial", B("5!"), "120"), ("abs_value", B("|-3|"), "3"),
     ("complex", B("1+2i"), "1+2i"), ("equation_pair", B("x=1"), "1"), ("gold_with_spaces", B("3x+2"), "3 x + 2"),
+    # answer forms (edge_verl.reward.forms): several boxes forming the answer, one per gold item
+    ("boxes_form_tuples", "\\boxed{(2, 2)} and \\boxed{(6, 2)}", "(2, 2), (6, 2)"),
+    ("boxes_form_tuples_any_order", "\\boxed{(6, 2)}, \\boxed{(2, 2)}", "(2, 2), (6, 2)"),
+    ("boxes_one_per_unknown", "\\boxed{x=1} \\text{ and } \\boxed{y=2}", "x=1, y=2"),
+    ("boxes_after_earlier_box", "first \\boxed{7}; the solutions: \\boxed{(2, 2)} and \\boxed{(6, 2)}", "(2, 2), (6, 2)"),
+    # a unit or word after the value inside the box
+    ("unit_textnormal", B("125\\textnormal{ miles}"), "125"), ("unit_pct", B("28 pct"), "28"),
+    ("unit_percent", B("28 percent"), "28"), ("unit_percent_gold", B("28 percent"), "28\\%"),
+    ("unit_any_text_word", B("28\\text{ students}"), "28"), ("unit_squared", B("10\\text{ cm}^2"), "10"),
+    ("unit_after_fraction", B("\\frac{540}{14}"), "\\frac{270}7\\text{ degrees}"), ("unit_in_gold", B("5.4"), "5.4 \\text{ cents}"),
+    # a multiple-choice label after the value
+    ("choice_label_after_value", B("3 \\ \\textbf{(C)}"), "3"), ("choice_label_after_radical", B("2\\sqrt{10}~\\textbf{(A)}"), "2\\sqrt{10}"),
+    # golds with a named left-hand side
+    ("ratio_lhs_value", B("11:21"), "V_1:V_2=11:21"), ("ratio_lhs_fraction", B("\\frac{22}{42}"), "V_1:V_2=11:21"),
+    ("ratio_lhs_spaced", B("V_1 : V_2 = 11 : 21"), "V_1:V_2=11:21"), ("lhs_values_only", B("1, -3"), "x_1=1, x_2=-3"),
+    ("lhs_spaced", B("x_1 = 1,\\ x_2 = -3"), "x_1=1, x_2=-3"), ("function_lhs", B("x+1"), "$f(x)=x+1$"),
+    ("gold_in_dollars", B("f(n)=n, g(n)=1"), "$f(n)=n$, $g(n)=1$"),
+    # intervals written as inequalities or memberships
+    ("inequality_vs_membership", B("-2 \\le x \\le 7"), "x \\in [-2,7]"), ("membership_vs_inequality", B("x \\in [-2,7]"), "-2 \\le x \\le 7"),
+    ("inequality_descending", B("7 \\geq x \\geq -2"), "[-2,7]"), ("inequality_one_sided", B("x > 3"), "(3, \\infty)"),
+    ("inequality_strict_left", B("-2 < x \\le 7"), "(-2,7]"),
 ]
 
 WRONG = [
@@ -85,6 +107,14 @@ WRONG = [
     ("other_command", "\\boxedfoo{42}", "42"), ("answer_outside_box", "42 \\boxed{41}", "42"),
     ("wrong_big_int", B("123456789012345678901234567891"), "123456789012345678901234567890"),
     ("wrong_complex", B("1-2i"), "1+2i"), ("wrong_factorial", B("4!"), "120"),
+    # the answer forms above must not let these through
+    ("boxes_names_swapped", B("x_1=-3, x_2=1"), "x_1=1, x_2=-3"), ("word_that_is_not_a_unit", B("2 xy"), "2"),
+    ("inequality_wrong_bracket", B("-2 < x \\le 7"), "x \\in [-2,7]"), ("one_box_of_two", B("(2,2)"), "(2, 2), (6, 2)"),
+    ("boxes_one_wrong", "\\boxed{(6,2)} and \\boxed{(7,2)}", "(2, 2), (6, 2)"), ("ratio_lhs_wrong", B("11:20"), "V_1:V_2=11:21"),
+    ("unit_wrong_value", B("125\\text{ miles}"), "126"), ("inequality_open_vs_closed", B("x > 3"), "x \\ge 3"),
+    ("percent_is_not_a_fraction", B("28 percent"), "0.28"), ("text_between_values", B("2\\text{ and }3"), "2"),
+    ("choice_label_wrong_value", B("3 \\textbf{(C)}"), "4"),
+    ("one_box_per_unknown_wrong", "\\boxed{x=1} and \\boxed{y=3}", "x=1, y=2"),
     ("nan_gold", B("1"), float("nan")), ("none_gold", B("1"), None), ("empty_gold", B("1"), ""),
     ("empty_gold_list", B("1"), []), ("bool_gold", B("1"), True),
 ]
@@ -126,7 +156,8 @@ def test_wrong_answers_score_zero(response, gold):
 @pytest.mark.parametrize("response, gold, expected", [c[1:] for c in ADVERSARIAL], ids=[c[0] for c in ADVERSARIAL])
 def test_adversarial_inputs_return_a_bounded_score_and_never_raise(response, gold, expected):
     result = compute_score("math", response, gold, timeout_s=3.0)
-    assert set(result) == {"score", "acc", "pred", "reason"}
+    assert set(result) == {"score", "acc", "pred", "reason", "grader"}
+    assert result["grader"] in GRADER_OUTCOMES
     assert result["score"] == expected, result
     assert isinstance(result["pred"], str) and len(result["pred"]) <= 1000
 
@@ -156,3 +187,12 @@ def test_code_in_answers_is_never_executed(tmp_path, template):
 
 def test_extra_kwargs_from_verl_are_accepted():
     assert compute_score(data_source="x", solution_str=B("1"), ground_truth="1", extra_info={"index": 3}, foo=1)["score"] == 1.0
+
+
+def test_grader_outcome_fractions():
+    from edge_verl.reward.score import grader_outcome_fractions
+
+    # 4 known outcomes (None and unknown values are not calls of this reward): caller 2/4, worker 1/4, deadline 1/4
+    fractions = grader_outcome_fractions(["caller", None, "worker", "caller", "bogus", "deadline"])
+    assert fractions == {"caller": 0.5, "worker": 0.25, "deadline": 0.25, "waiting": 0.0, "no_answer": 0.0, "crashed": 0.0}
+    assert grader_outcome_fractions([None, ""]) == {}

@@ -1,0 +1,261 @@
+"""Answer forms: the other ways of writing the same answer that graders must see through (pure strings).
+
+A model's answer and a reference answer are each expanded into a few raw-LaTeX *candidates*, most literal
+first; the text stage and math-verify compare every pred candidate with every gold candidate. Each form is
+a rewriting that keeps the mathematical value and only drops what is not math:
+- a unit or word after the value (``125\\textnormal{ miles}``, ``28 pct``, ``5.4 \\text{ cents}``):
+  ``strip_trailing_unit``; a ``\\text``-like command holding only words is dropped after any value, a
+  plain word only when it is a known unit (``UNIT_WORDS``: "2 xy" stays the product 2xy);
+- a named left-hand side (``V_1:V_2=11:21``, ``f(x)=x+1``, ``x_1=1, x_2=-3``): ``strip_named_lhs``
+  keeps the right-hand side of each comma-separated equation whose left side is a name, a ratio of names
+  or a function of a name; a ratio LHS marks the RHS ``a:b`` as a ratio (``\\frac{a}{b}``), not a time;
+- a multiple-choice label after the value (``3 \\textbf{(C)}``): ``strip_choice_label``;
+- an interval written as an inequality (``-2 \\le x \\le 7``, ``x > 3``) or a membership
+  (``x \\in [-2,7]``): ``as_interval``;
+- several boxed answers that together form the answer (``\\boxed{(2, 2)} and \\boxed{(6, 2)}`` for the
+  gold ``(2, 2), (6, 2)``): ``top_level_items`` counts the gold's comma-separated items and the caller
+  joins as many last boxes (never for a single-item gold: ``\\boxed{1} and \\boxed{2}`` is not ``\\{1,2\\}``).
+Everything is linear in the (capped) answer length and evaluates nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+UNIT_WORDS = (
+    "cm", "km", "mm", "m/s", "km/h", "mph", "inches", "inch", "feet", "foot", "ft", "yards", "yard", "miles", "mile",
+    "meters", "meter", "metres", "metre", "units", "unit", "squareunits", "sq.units", "squnits", "degrees", "degree",
+    "dollars", "dollar", "cents", "cent", "hours", "hour", "minutes", "minute", "seconds", "second", "days", "day",
+    "weeks", "week", "months", "month", "years", "year", "percent", "pct", "kg", "grams", "gram", "liters", "litres",
+    "pounds", "ounces", "gallons", "students", "people", "ways", "points",
+)  # fmt: skip
+_TEXT_LIKE = ("\\text", "\\textnormal", "\\textrm", "\\mbox", "\\mathrm", "\\textit", "\\textbf", "\\operatorname")
+_WORDS = re.compile(r"^[A-Za-z][A-Za-z .\-/]*$")
+_SPACING = ("\\,", "\\;", "\\:", "\\!", "\\ ", "~", "\\quad", "\\qquad")
+_EXPONENT_SUFFIX = re.compile(r"\^\{?-?[1-3]\}?$")
+_PLAIN_UNIT = re.compile(r"(?<=[\d}])\s*(" + "|".join(re.escape(word) for word in sorted(UNIT_WORDS, key=len, reverse=True)) + r")\.?$")
+_NAME = r"(?:[A-Za-z]|\\[a-zA-Z]+)(?:_\{?[A-Za-z0-9\\ ]+\}?|'|\^\{?\*\}?)*"
+_NAMED_LHS = re.compile(rf"^\s*{_NAME}(?:\s*\(\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\))?(?:\s*[:/]\s*{_NAME})*\s*$")
+_CHOICE_SUFFIX = re.compile(r"(?:[\s,;~]|\\[ ,;:])*(?:\\(?:textbf|text|mathrm|mathbf)\s*\{\s*\(?[A-E]\)?\s*\}|\([A-E]\))\s*$")
+_RATIO = re.compile(r"^\s*([^:=<>]+?)\s*:\s*([^:=<>]+?)\s*$")
+_MEMBERSHIP = re.compile(rf"^\s*{_NAME}\s*\\in\s*(.+)$")
+_RELATIONS = (("\\leqslant", "<="), ("\\geqslant", ">="), ("\\leq", "<="), ("\\geq", ">="), ("\\le", "<="), ("\\ge", ">="),
+              ("\\lt", "<"), ("\\gt", ">"), ("≤", "<="), ("≥", ">="))  # fmt: skip
+_RELATION_SPLIT = re.compile(r"(<=|>=|<|>)")
+_VARIABLE = re.compile(rf"^{_NAME}$")
+MAX_CANDIDATES = 6
+
+
+def _outer_dollars_removed(text: str) -> str:
+    """``$f(n)=n$, $g(n)=1$`` -> ``f(n)=n, g(n)=1``: unescaped dollar signs are math delimiters, not value."""
+    if "$" not in text:
+        return text
+    out, index = [], 0
+    while index < len(text):
+        if text[index] == "\\" and index + 1 < len(text):
+            out.append(text[index : index + 2])
+            index += 2
+            continue
+        if text[index] != "$":
+            out.append(text[index])
+        index += 1
+    return "".join(out).strip()
+
+
+def top_level_items(text: str) -> list[str]:
+    """The comma-separated items of ``text`` outside any bracket: ``(2, 2), (6, 2)`` -> 2 items;
+    ``\\{1,2\\}`` and ``1,000`` are one item."""
+    if re.fullmatch(r"\s*\d{1,3}(?:,\d{3})+\s*", text):
+        return [text.strip()]
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:index].strip())
+            start = index + 1
+    items.append(text[start:].strip())
+    return [item for item in items if item] if len(items) > 1 else [text.strip()]
+
+
+def _matching_open(text: str, close_index: int) -> int:
+    depth = 0
+    for index in range(close_index, -1, -1):
+        if text[index] == "}":
+            depth += 1
+        elif text[index] == "{":
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _strip_spacing_end(text: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        text = text.rstrip()
+        for token in _SPACING:
+            if text.endswith(token):
+                text, changed = text[: -len(token)], True
+    return text
+
+
+def _ends_with_value(text: str) -> bool:
+    return bool(text) and (text[-1].isdigit() or text[-1] in ")}" or text.endswith("\\pi") or text.endswith("\\infty"))
+
+
+def strip_trailing_unit(text: str) -> str:
+    """``125\\textnormal{ miles}`` -> ``125``; ``28 pct`` -> ``28``; ``10\\text{ cm}^2`` -> ``10``; else ``text``."""
+    stripped = _strip_spacing_end(text.strip().rstrip("."))
+    without_power = _EXPONENT_SUFFIX.sub("", stripped)
+    if without_power.endswith("}"):
+        open_index = _matching_open(without_power, len(without_power) - 1)
+        before = without_power[:open_index] if open_index > 0 else ""
+        command = next((name for name in _TEXT_LIKE if before.rstrip().endswith(name)), None)
+        if command is not None and _WORDS.match(without_power[open_index + 1 : -1].strip() or "?"):
+            value = _strip_spacing_end(before.rstrip()[: -len(command)])
+            if len(without_power[open_index + 1 : -1].strip().replace(" ", "")) >= 2 and _ends_with_value(value):
+                return value
+    match = _PLAIN_UNIT.search(stripped)
+    if match is not None:
+        value = _strip_spacing_end(stripped[: match.start()])
+        if _ends_with_value(value):
+            return value
+    return text
+
+
+def strip_choice_label(text: str) -> str:
+    """``3 \\textbf{(C)}`` -> ``3``; ``30^\\circ, \\textbf{B}`` -> ``30^\\circ``: the option letter a model adds
+    after the value of a multiple-choice problem (a letter alone is left to the choice-letter rule)."""
+    match = _CHOICE_SUFFIX.search(text)
+    if match is None:
+        return text
+    value = _strip_spacing_end(text[: match.start()])
+    return value if _ends_with_value(value) or value.endswith("\\circ") else text
+
+
+def _equation_sides(text: str) -> Optional[tuple[str, str]]:
+    if text.count("=") != 1 or any(token in text for token in ("\\le", "\\ge", "<", ">", "\\ne")):
+        return None
+    lhs, rhs = text.split("=")
+    return (lhs, rhs) if rhs.strip() else None
+
+
+def strip_named_lhs(text: str) -> Optional[tuple[str, bool]]:
+    """(right-hand side(s), is_ratio) when every comma-separated item of ``text`` is ``name = value``;
+    ``V_1:V_2=11:21`` -> (``11:21``, True); ``x_1=1, x_2=-3`` -> (``1, -3``, False); else None."""
+    values, ratio = [], False
+    for item in top_level_items(text):
+        sides = _equation_sides(item)
+        if sides is None or not _NAMED_LHS.match(sides[0]):
+            return None
+        ratio = ratio or ":" in sides[0]
+        values.append(sides[1].strip())
+    return ", ".join(values), ratio
+
+
+def ratio_as_fraction(text: str) -> Optional[str]:
+    """``11:21`` -> ``\\frac{11}{21}`` (only called where the context says it is a ratio)."""
+    match = _RATIO.match(text)
+    return f"\\frac{{{match.group(1)}}}{{{match.group(2)}}}" if match else None
+
+
+def as_interval(text: str) -> Optional[str]:
+    """``-2 \\le x \\le 7`` -> ``[-2,7]``; ``x > 3`` -> ``(3,\\infty)``; ``x \\in [-2,7]`` -> ``[-2,7]``; else None."""
+    compact = text.replace("\\left", "").replace("\\right", "").strip()
+    membership = _MEMBERSHIP.match(compact)
+    if membership:
+        return membership.group(1).strip()
+    for latex, symbol in _RELATIONS:
+        compact = re.sub(re.escape(latex) + r"(?![a-zA-Z])", symbol, compact)
+    parts = [part.strip() for part in _RELATION_SPLIT.split(compact)]
+    if len(parts) == 5 and _VARIABLE.match(parts[2]) and parts[0] and parts[4]:
+        low, low_op, _, high_op, high = parts
+        if low_op[0] == ">" and high_op[0] == ">":  # 7 >= x >= -2
+            low, high, low_op, high_op = high, low, high_op, low_op
+        elif not (low_op[0] == "<" and high_op[0] == "<"):
+            return None
+        return f"{'[' if low_op.endswith('=') else '('}{low},{high}{']' if high_op.endswith('=') else ')'}"
+    if len(parts) == 3 and parts[0] and parts[2]:
+        if _VARIABLE.match(parts[0]):
+            variable_left, op, bound = True, parts[1], parts[2]
+        elif _VARIABLE.match(parts[2]):
+            variable_left, op, bound = False, parts[1], parts[0]
+        else:
+            return None
+        upper = (op[0] == "<") == variable_left  # x < b or b > x: bounded above
+        closed = op.endswith("=")
+        if upper:
+            return f"(-\\infty,{bound}{']' if closed else ')'}"
+        return f"{'[' if closed else '('}{bound},\\infty)"
+    return None
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Raw-LaTeX candidates of one answer, most literal first; ``ratio``: a:b here means a/b."""
+
+    texts: tuple[str, ...]
+    ratio: bool = False
+
+
+def has_named_lhs(answer: str) -> bool:
+    return strip_named_lhs(_outer_dollars_removed(answer)) is not None
+
+
+def expand(answer: str, strip_lhs: bool = True, ratio_context: bool = False) -> Candidates:
+    """Every form of ``answer`` listed in the module docstring (deduplicated, at most MAX_CANDIDATES).
+
+    ``strip_lhs=False`` keeps named left-hand sides: when both answers name their unknowns
+    (``x_1=-3, x_2=1`` vs ``x_1=1, x_2=-3``) the names are part of the answer."""
+    base = _outer_dollars_removed(answer)
+    texts = [base]
+    ratio = False
+    named = strip_named_lhs(base)
+    if named is not None:
+        ratio = named[1]
+    if named is not None and strip_lhs:
+        texts.append(named[0])
+    for text in list(texts):
+        unlabelled = strip_choice_label(text)
+        if unlabelled != text:
+            texts.append(unlabelled)
+    for text in list(texts):
+        unitless = strip_trailing_unit(text)
+        if unitless != text:
+            texts.append(unitless)
+        interval = as_interval(text)
+        if interval is not None:
+            texts.append(interval)
+    if ratio or ratio_context:
+        texts.extend(fraction for fraction in (ratio_as_fraction(text) for text in list(texts)) if fraction)
+    return Candidates(tuple(_unique(text for text in texts if text.strip()))[:MAX_CANDIDATES], ratio)
+
+
+def _unique(texts: Iterable[str]) -> list[str]:
+    seen, out = set(), []
+    for text in texts:
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def joined_boxes(boxes: Sequence[str], golds: Sequence[str]) -> list[str]:
+    """For each distinct item count k >= 2 of a gold, the last k boxes joined with ", " (if there are k)."""
+    counts = sorted({len(top_level_items(_outer_dollars_removed(gold))) for gold in golds} - {1})
+    return [", ".join(boxes[-count:]) for count in counts if 2 <= count <= min(len(boxes), MAX_JOINED_BOXES)]
+
+
+MAX_JOINED_BOXES = 8
+
+
+def max_items(golds: Sequence[str]) -> int:
+    """How many last boxes the caller needs: the largest item count of a gold, within MAX_JOINED_BOXES."""
+    counts = [len(top_level_items(_outer_dollars_removed(gold))) for gold in golds]
+    return min(max(counts, default=1), MAX_JOINED_BOXES)
