@@ -107,7 +107,7 @@ def run_load(
             time.sleep(0.0005)
         started = time.monotonic()
         result = grade("load", response, gold, timeout_s=timeout_s, wait_s=wait_s)
-        return Call(kind, result["score"], result.get("grader", result.get("reason", "")), time.monotonic() - started)
+        return Call(kind, result["score"], result["grader"], time.monotonic() - started)
 
     with ThreadPoolExecutor(max_workers=len(jobs)) as executor:
         calls = tuple(executor.map(one, enumerate(jobs)))

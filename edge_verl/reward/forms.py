@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 UNIT_WORDS = (
     "cm", "km", "mm", "m/s", "km/h", "mph", "inches", "inch", "feet", "foot", "ft", "yards", "yard", "miles", "mile",
@@ -31,7 +31,8 @@ UNIT_WORDS = (
     "weeks", "week", "months", "month", "years", "year", "percent", "pct", "kg", "grams", "gram", "liters", "litres",
     "pounds", "ounces", "gallons", "students", "people", "ways", "points",
 )  # fmt: skip
-_TEXT_LIKE = ("\\text", "\\textnormal", "\\textrm", "\\mbox", "\\mathrm", "\\textit", "\\textbf", "\\operatorname")
+# Commands whose argument is text, not math (a unit after a value inside one is dropped).
+TEXT_COMMANDS = ("\\textnormal", "\\textrm", "\\text", "\\textbf", "\\mathrm", "\\textit", "\\mbox", "\\operatorname")
 _WORDS = re.compile(r"^[A-Za-z][A-Za-z .\-/]*$")
 _SPACING = ("\\,", "\\;", "\\:", "\\!", "\\ ", "~", "\\quad", "\\qquad")
 _EXPONENT_SUFFIX = re.compile(r"\^\{?-?[1-3]\}?$")
@@ -116,7 +117,7 @@ def strip_trailing_unit(text: str) -> str:
     if without_power.endswith("}"):
         open_index = _matching_open(without_power, len(without_power) - 1)
         before = without_power[:open_index] if open_index > 0 else ""
-        command = next((name for name in _TEXT_LIKE if before.rstrip().endswith(name)), None)
+        command = next((name for name in TEXT_COMMANDS if before.rstrip().endswith(name)), None)
         if command is not None and _WORDS.match(without_power[open_index + 1 : -1].strip() or "?"):
             value = _strip_spacing_end(before.rstrip()[: -len(command)])
             if len(without_power[open_index + 1 : -1].strip().replace(" ", "")) >= 2 and _ends_with_value(value):
@@ -234,28 +235,22 @@ def expand(answer: str, strip_lhs: bool = True, ratio_context: bool = False) -> 
             texts.append(interval)
     if ratio or ratio_context:
         texts.extend(fraction for fraction in (ratio_as_fraction(text) for text in list(texts)) if fraction)
-    return Candidates(tuple(_unique(text for text in texts if text.strip()))[:MAX_CANDIDATES], ratio)
-
-
-def _unique(texts: Iterable[str]) -> list[str]:
-    seen, out = set(), []
-    for text in texts:
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
-
-
-def joined_boxes(boxes: Sequence[str], golds: Sequence[str]) -> list[str]:
-    """For each distinct item count k >= 2 of a gold, the last k boxes joined with ", " (if there are k)."""
-    counts = sorted({len(top_level_items(_outer_dollars_removed(gold))) for gold in golds} - {1})
-    return [", ".join(boxes[-count:]) for count in counts if 2 <= count <= min(len(boxes), MAX_JOINED_BOXES)]
+    return Candidates(tuple(dict.fromkeys(text for text in texts if text.strip()))[:MAX_CANDIDATES], ratio)
 
 
 MAX_JOINED_BOXES = 8
 
 
+def _item_count(gold: str) -> int:
+    return len(top_level_items(_outer_dollars_removed(gold)))
+
+
+def joined_boxes(boxes: Sequence[str], golds: Sequence[str]) -> list[str]:
+    """For each distinct item count k >= 2 of a gold, the last k boxes joined with ", " (if there are k)."""
+    counts = sorted({_item_count(gold) for gold in golds} - {1})
+    return [", ".join(boxes[-count:]) for count in counts if 2 <= count <= min(len(boxes), MAX_JOINED_BOXES)]
+
+
 def max_items(golds: Sequence[str]) -> int:
     """How many last boxes the caller needs: the largest item count of a gold, within MAX_JOINED_BOXES."""
-    counts = [len(top_level_items(_outer_dollars_removed(gold))) for gold in golds]
-    return min(max(counts, default=1), MAX_JOINED_BOXES)
+    return min(max((_item_count(gold) for gold in golds), default=1), MAX_JOINED_BOXES)

@@ -37,13 +37,13 @@ def _plain_number(text: str) -> Optional[Decimal]:
         return None
 
 
-def grade_by_text(preds: Candidates, golds: Sequence[str], gold_forms: Sequence[Candidates]) -> Optional[tuple[bool, str]]:
+def grade_by_text(preds: Sequence[str], golds: Sequence[str], gold_forms: Sequence[Candidates]) -> Optional[tuple[bool, str]]:
     """(correct, reason) when text alone decides, else None (symbolic comparison needed).
 
-    ``preds``: the candidates of the model's answer; ``golds``: the reference answers as given, and
+    ``preds``: the candidates of the model's answer, as written first; ``golds``: the reference answers as given, and
     ``gold_forms`` their candidates (``edge_verl.reward.forms``). Guards (letters, times of day, plain
     numbers) look at the answers as written, equality at every candidate."""
-    normalised = [text for text in (normalise_answer(pred) for pred in preds.texts) if text]
+    normalised = [text for text in (normalise_answer(pred) for pred in preds) if text]
     if not normalised:
         return False, "empty_answer"
     gold_texts = {normalise_answer(text) for forms in gold_forms for text in forms.texts} - {""}
@@ -80,10 +80,9 @@ def compare_by_text(answers: Sequence[str], golds: Sequence[str]) -> Comparison:
     gold_forms = [expand(gold, strip_lhs=not pred_named) for gold in golds]
     gold_named = any(has_named_lhs(gold) for gold in golds)
     ratio = any(forms.ratio for forms in gold_forms)
-    pred_texts = [text for answer in answers for text in expand(answer, strip_lhs=not gold_named, ratio_context=ratio).texts]
-    preds = Candidates(tuple(dict.fromkeys(pred_texts)), ratio)
+    preds = tuple(dict.fromkeys(text for answer in answers for text in expand(answer, strip_lhs=not gold_named, ratio_context=ratio).texts))
     gold_texts = tuple(dict.fromkeys(text for forms in gold_forms for text in forms.texts))
-    return Comparison(preds.texts, gold_texts, grade_by_text(preds, golds, gold_forms))
+    return Comparison(preds, gold_texts, grade_by_text(preds, golds, gold_forms))
 
 
 def _numbers_close(left, right) -> bool:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from edge_verl.reward.forms import UNIT_WORDS
+from edge_verl.reward.forms import TEXT_COMMANDS, UNIT_WORDS
 
 _REMOVE = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\displaystyle", "^\\circ", "^{\\circ}", "\\circ", "\\$", "\\%", "$", "%", "°")
-_TEXT_COMMANDS = ("\\textnormal", "\\textrm", "\\text", "\\textbf", "\\mathrm", "\\mathbf", "\\textit", "\\mbox", "\\operatorname")
+_TEXT_COMMANDS = (*TEXT_COMMANDS, "\\mathbf")  # unwrapped for comparison; a \\mathbf{} word is not dropped as a unit
 # A unit word directly after a number at the very end ("10cm" once \text{ cm} is unwrapped and spaces go).
 _UNIT_WORDS = re.compile(r"(?<=\d)(" + "|".join(re.escape(word) for word in sorted(UNIT_WORDS, key=len, reverse=True)) + r")$")
 _ASSIGNMENT = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?=(?=[^=]+$)")

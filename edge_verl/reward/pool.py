@@ -50,7 +50,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,6 @@ class PoolCounters:
     killed: int = 0
     start_failures: int = 0
     peak_processes: int = 0
-    waits: list = field(default_factory=list)
 
 
 class GradingPool:
@@ -309,8 +308,6 @@ class GradingPool:
         with self._cond:
             self._request_id += 1
             request_id = self._request_id
-            self.counters.waits.append(time.monotonic() - waited_from)
-            del self.counters.waits[:-10000]
         deadline = time.monotonic() + timeout_s
         line, slow = None, False
         if worker.send({**request, "id": request_id}):
@@ -351,10 +348,6 @@ class GradingPool:
     def worker_pids(self) -> list[int]:
         with self._cond:
             return [worker.pid for worker in self._idle]
-
-    @property
-    def processes(self) -> int:
-        return self._processes
 
     def close(self) -> None:
         with self._cond:

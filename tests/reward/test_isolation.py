@@ -13,7 +13,7 @@ import pytest
 
 from edge_verl.reward import compute_score
 from edge_verl.reward.grade import compare_by_text
-from edge_verl.reward.checks import CORRECT_SYMBOLIC, run_load
+from edge_verl.reward.checks import CORRECT_SYMBOLIC, HOSTILE_ANSWERS, run_load
 from edge_verl.reward.pool import GraderUnavailable, GradingPool, get_pool
 
 HOSTILE = "\\boxed{9^{9^{9^{9^{9^{9}}}}}}"  # math-verify never returns on this (power tower)
@@ -70,7 +70,7 @@ def _queued_behind_a_hostile_answer(pool, hostile_timeout_s, timeout_s, wait_s):
     """A correct answer submitted 0.2 s after a hostile one took the pool's only worker:
     (the hostile call's outcome, the correct call's reply and outcome, seconds the correct call took)."""
     with ThreadPoolExecutor(max_workers=1) as executor:
-        hostile = executor.submit(pool.grade, _request("9^{9^{9^{9^{9^{9}}}}}", "1"), hostile_timeout_s, 30.0)
+        hostile = executor.submit(pool.grade, _request(HOSTILE_ANSWERS[0], "1"), hostile_timeout_s, 30.0)
         time.sleep(0.2)
         started = time.monotonic()
         reply, outcome = pool.grade(_request(*CORRECT_SYMBOLIC[0]), timeout_s, wait_s)
