@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from edge_verl.demo.run import ALGORITHMS, TRAINERS
+    from edge_verl.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -18,6 +18,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--algorithm", choices=ALGORITHMS, default="grpo")
     demo.add_argument("--steps", type=int, default=20)
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
+    demo.add_argument(
+        "--eda-form", choices=EDA_FORMS, default="gradient",
+        help="edge_eda / edge: EDA with gradient through entropy (the reference's, default) or detached",
+    )
     demo.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo_<algorithm>_<trainer>)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--lr", type=float, default=1e-3)
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             algorithm=args.algorithm,
             steps=args.steps,
             trainer=args.trainer,
+            eda_form=args.eda_form,
             out=out,
             seed=args.seed,
             lr=args.lr,

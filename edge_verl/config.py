@@ -35,6 +35,13 @@ def _check_finite(owner: str, name: str, value: Any, low: float | None = None, h
     return float(value)
 
 
+def _check_count(owner: str, name: str, value: Any, optional: bool) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}.{name}={value!r} must be an integer >= 1" + (" or null" if optional else ""))
+
+
 def _check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{owner}.{name}={value!r}; allowed: {list(allowed)}")
@@ -49,13 +56,23 @@ class EdaConfig:
         this are left unscaled, so zero entropy never divides by zero.
     ratio_clamp: optional [low, high] bound on P_hat; None (default) = the final reference code, which has no
         clamp; the paper's first code version used [0.1, 10].
+    entropy_gradient: False (default) = the detached form: the advantage is computed once from the old
+        policy's entropy, a constant in the loss (what both third-party ports do; needs nothing from the
+        actor). True = the reference code's form: inside the actor loss the advantage is A_i / P_hat_i(theta)
+        with the CURRENT policy's response entropy, so gradient flows through P_i (the normaliser stays
+        detached: the old policy's group mean). The EDGE recipes set True. It needs the entropy in the loss
+        (actor_rollout_ref.actor.calculate_entropy=True; checked before the first rollout). Off by default
+        because it changes the actor's loss and costs an entropy forward/backward in every update.
     """
 
     std_epsilon: float = 1e-4
     entropy_epsilon: float = 1e-6
     ratio_clamp: Optional[tuple[float, float]] = None
+    entropy_gradient: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.entropy_gradient, bool):
+            raise ValueError(f"edge_eda.entropy_gradient={self.entropy_gradient!r} must be true or false")
         _check_finite("edge_eda", "std_epsilon", self.std_epsilon, low=0.0)
         _check_finite("edge_eda", "entropy_epsilon", self.entropy_epsilon, low=0.0)
         if self.entropy_epsilon <= 0:
@@ -75,6 +92,9 @@ class EdaConfig:
         return _from_mapping(cls, values)
 
 
+GEPO_ABLATIONS = ("none", "no_high_entropy_control", "no_low_entropy_control", "symmetric")
+
+
 @dataclass(frozen=True)
 class GepoConfig:
     """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``).
@@ -92,6 +112,11 @@ class GepoConfig:
     std_epsilon: epsilon of the unchanged GRPO advantage; verl's 1e-6.
     resume_without_state: False (default) makes resuming from a checkpoint that lacks the thresholds an
         error; True starts the thresholds afresh instead.
+    ablation: "none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the
+        asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose:
+        "no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1),
+        "no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1),
+        "symmetric" (one factor for both: needs alpha_high = alpha_low).
     """
 
     alpha_low: float = 0.5
@@ -104,6 +129,7 @@ class GepoConfig:
     ema_init: str = "first_batch"
     std_epsilon: float = 1e-6
     resume_without_state: bool = False
+    ablation: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("alpha_low", "alpha_high"):
@@ -113,10 +139,21 @@ class GepoConfig:
         _check_finite("gepo", "gamma", self.gamma, low=0.0, high=1.0)
         if self.gamma == 0:
             raise ValueError("gepo.gamma=0 would freeze the thresholds forever; it must be in (0, 1]")
-        if not self.alpha_high < self.alpha_low:
+        _check_choice("gepo", "ablation", self.ablation, GEPO_ABLATIONS)
+        if self.ablation == "none" and not self.alpha_high < self.alpha_low:
             raise ValueError(
                 f"gepo.alpha_high={self.alpha_high!r} must be < gepo.alpha_low={self.alpha_low!r}: the paper "
-                "attenuates negatives in uncertain groups more strongly, otherwise responses shrink (length collapse)"
+                "attenuates negatives in uncertain groups more strongly, otherwise responses shrink (length collapse). "
+                f"To run one of the paper's ablations on purpose, set gepo.ablation ({', '.join(GEPO_ABLATIONS[1:])})."
+            )
+        rule = {
+            "no_high_entropy_control": ("alpha_high = 1", self.alpha_high == 1.0),
+            "no_low_entropy_control": ("alpha_low = 1 > alpha_high", self.alpha_low == 1.0 > self.alpha_high),
+            "symmetric": ("alpha_high = alpha_low", self.alpha_high == self.alpha_low),
+        }.get(self.ablation)
+        if rule is not None and not rule[1]:
+            raise ValueError(
+                f"gepo.ablation={self.ablation} needs {rule[0]}; got alpha_low={self.alpha_low!r}, alpha_high={self.alpha_high!r}"
             )
         _check_finite("gepo", "std_epsilon", self.std_epsilon, low=0.0)
         _check_choice("gepo", "group_entropy", self.group_entropy, GROUP_ENTROPY_ESTIMATORS)
@@ -144,6 +181,16 @@ class GecConfig:
         no response is correct).
     continuation_tokens: budget of the regenerate branch; paper 256 (always also capped so the whole
         response stays within rollout.response_length).
+    first_sample_tokens: the first sample's own cap (the loop passes it as max_tokens), so that a correction
+        can grow past it: the reference samples up to 1024 tokens, then appends the phrase and up to 256 more.
+        The recipes set 1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the
+        phrase; checked against the tokenizer before the first rollout). None (default) = the first sample
+        may use all of rollout.response_length and corrections are cut to fit in it, so a response truncated
+        at the cap gets almost no continuation: a deviation kept because the default cannot know the
+        run's lengths (1024 would not fit most response_length settings).
+    max_prompt_tokens: only prompts SHORTER than this many tokens (chat template included) are corrected, as
+        in the reference (``if prompt_length < 256``); longer ones are left as sampled and counted
+        (gec/prompt_too_long). None = correct every prompt.
     reflection_phrase / answer_template: the paper's texts; answer_template must contain "{answer}".
     missing_solution: what a replace_solution draw does for a row without a reference solution: "regenerate"
         (default; counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).
@@ -157,6 +204,8 @@ class GecConfig:
     force_regenerate: bool = False
     scope: str = "every_incorrect"
     continuation_tokens: int = 256
+    first_sample_tokens: Optional[int] = None
+    max_prompt_tokens: Optional[int] = 256
     reflection_phrase: str = REFLECTION_PHRASE
     answer_template: str = ANSWER_TEMPLATE
     missing_solution: str = "regenerate"
@@ -180,8 +229,9 @@ class GecConfig:
         object.__setattr__(self, "probabilities", tuple(float(p) for p in probabilities))
         _check_choice("edge_gec", "scope", self.scope, ("every_incorrect", "all_wrong_groups"))
         _check_choice("edge_gec", "missing_solution", self.missing_solution, ("regenerate", "inject_answer", "skip"))
-        if isinstance(self.continuation_tokens, bool) or not isinstance(self.continuation_tokens, int) or self.continuation_tokens < 1:
-            raise ValueError(f"edge_gec.continuation_tokens={self.continuation_tokens!r} must be an integer >= 1")
+        _check_count("edge_gec", "continuation_tokens", self.continuation_tokens, optional=False)
+        _check_count("edge_gec", "first_sample_tokens", self.first_sample_tokens, optional=True)
+        _check_count("edge_gec", "max_prompt_tokens", self.max_prompt_tokens, optional=True)
         if not isinstance(self.reflection_phrase, str) or not self.reflection_phrase:
             raise ValueError("edge_gec.reflection_phrase must be a non-empty string")
         if not isinstance(self.answer_template, str) or "{answer}" not in self.answer_template:

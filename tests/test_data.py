@@ -19,12 +19,15 @@ from edge_verl.data import (
     DataUnavailable,
     RandomSource,
     eval_rows,
+    prompt_messages,
     load_deepscaler,
     prepare,
     read_records,
     random_1k_records,
     sample_unique,
+    sft_rows,
     shipped_file,
+    training_records,
     training_rows,
     write_parquet,
 )
@@ -108,7 +111,8 @@ def test_prepare_writes_manifest_and_is_byte_identical_on_rerun(tmp_path):
     first = prepare(tmp_path / "a", random_source=source)
     second = prepare(tmp_path / "b", random_source=source)
     assert not first.failed and first.files == second.files
-    expected = {f"train_{s}{g}.parquet" for s in ("hard_1k", "random_1k") for g in ("", "_gec")} | {f"eval_{n}.parquet" for n in EVAL_SETS}
+    expected = {f"{kind}_{s}.parquet" for s in ("hard_1k", "random_1k") for kind in ("train", "sft")}
+    expected |= {f"train_{s}_gec.parquet" for s in ("hard_1k", "random_1k")} | {f"eval_{n}.parquet" for n in EVAL_SETS}
     assert set(first.files) == expected
     for name in expected:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
@@ -165,3 +169,12 @@ def test_parquet_round_trips(tmp_path):
     assert read_records(tmp_path / "a.parquet")[3] == {
         "problem": rows[3]["extra_info"]["problem"], "answer": rows[3]["reward_model"]["ground_truth"], "solution": rows[3]["extra_info"]["solution"]
     }
+
+
+def test_sft_rows_answer_the_rl_prompt_with_the_reference_solution():
+    records = [{"problem": "1+1?", "answer": "2", "solution": "1+1 = \\boxed{2}"}, {"problem": "x", "answer": "1", "solution": ""}]
+    (row,) = sft_rows(records)  # the second has no solution: left out
+    assert row["messages"][:2] == prompt_messages("1+1?")
+    assert row["messages"][2] == {"role": "assistant", "content": "1+1 = \\boxed{2}"}
+    hard = sft_rows(training_records("hard_1k")[0])
+    assert len(hard) == sum(bool(r.get("solution")) for r in training_records("hard_1k")[0]) > 900

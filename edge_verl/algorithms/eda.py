@@ -12,10 +12,22 @@ Unchanged: all-tied groups still get A = 0 (EDA cannot break ties; GEC does).
 Deliberate guards (the reference code has none, see ``EdaConfig``): a group whose mean entropy is
 <= entropy_epsilon gets P_hat = 1 (no scaling), and P_hat is floored at entropy_epsilon so that a
 zero-entropy response gives a large but finite advantage; ``ratio_clamp`` optionally bounds P_hat.
+
+Two forms (``EdaConfig.entropy_gradient``):
+- detached: ``compute_eda_advantages`` at the advantage step, from the OLD policy's entropy; the loss sees
+  a constant advantage (what both third-party ports do);
+- with gradient through entropy (the reference code, ``grpo_aha_trainer.py`` ``_compute_loss``): the loss
+  uses A_i * mean_g.detach() / P_i(theta) with the CURRENT policy's P_i, so d loss / d P_i =
+  A_i * mean_g / P_i^2 (times the loss's own factors) adds an advantage-weighted entropy term. Here the
+  detached normaliser is the old policy's group mean (the reference's current-policy mean, detached, is
+  the same number at the first mini-batch), and ``entropy_gradient_scale`` turns the detached advantage
+  into that form inside the loss: A_hat_i * P_hat_i^old / P_hat_i(theta) = A_i / P_hat_i(theta), with the
+  same guards.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +38,9 @@ from edge_verl.algorithms.group_stats import grpo_advantages, group_sum, masked_
 @dataclass(frozen=True)
 class EdaResult:
     """advantages (B, T); outcome_advantages (B,) = GRPO A_i; eda_outcome_advantages (B,) = A_i / P_hat_i;
-    response_entropy (B,) = P_i; entropy_ratio (B,) = P_hat_i; has_tokens (B,) real rows with tokens."""
+    response_entropy (B,) = P_i; entropy_ratio (B,) = P_hat_i; has_tokens (B,) real rows with tokens;
+    group_entropy (B,) = the detached normaliser mean_{j in g} P_j of each row whose P_hat follows its
+    entropy (0 for rows left unscaled: no tokens, padding, groups at or below entropy_epsilon)."""
 
     advantages: torch.Tensor
     outcome_advantages: torch.Tensor
@@ -34,28 +48,56 @@ class EdaResult:
     response_entropy: torch.Tensor
     entropy_ratio: torch.Tensor
     has_tokens: torch.Tensor
+    group_entropy: torch.Tensor
 
 
-def compute_entropy_ratio(
+def ratio_bounds(entropy_epsilon: float, ratio_clamp: tuple[float, float] | None) -> tuple[float, float]:
+    """[low, high] that P_hat is clamped to: the entropy_epsilon floor, then the optional ratio_clamp."""
+    if ratio_clamp is None:
+        return entropy_epsilon, math.inf
+    return max(entropy_epsilon, ratio_clamp[0]), ratio_clamp[1]
+
+
+def group_entropy_mean(
+    response_entropy: torch.Tensor, group_index: torch.Tensor, num_groups: int, has_tokens: torch.Tensor
+) -> torch.Tensor:
+    """(B,) mean of P_j over the responses with tokens of each row's group (Eq. 6's denominator)."""
+    weights = has_tokens.to(response_entropy.dtype)
+    count = group_sum(weights, group_index, num_groups)
+    group_mean = group_sum(response_entropy * weights, group_index, num_groups) / count.clamp(min=1.0)
+    return group_mean[group_index]
+
+
+def _guarded_ratio(
+    response_entropy: torch.Tensor, group_entropy: torch.Tensor, entropy_epsilon: float, ratio_clamp: tuple[float, float] | None
+) -> torch.Tensor:
+    """P / normaliser within ``ratio_bounds``; 1 where the normaliser is <= entropy_epsilon (no scaling)."""
+    degenerate = group_entropy <= entropy_epsilon
+    ratio = response_entropy / torch.where(degenerate, torch.ones_like(group_entropy), group_entropy)
+    low, high = ratio_bounds(entropy_epsilon, ratio_clamp)
+    return torch.where(degenerate, torch.ones_like(ratio), ratio.clamp(min=low, max=high))
+
+
+def entropy_gradient_scale(
     response_entropy: torch.Tensor,
-    group_index: torch.Tensor,
-    num_groups: int,
-    has_tokens: torch.Tensor,
+    group_entropy: torch.Tensor,
+    entropy_ratio: torch.Tensor,
     *,
     entropy_epsilon: float,
     ratio_clamp: tuple[float, float] | None,
 ) -> torch.Tensor:
-    """P_hat (B,) = P_i / mean over the group's responses with tokens (Eq. 6); 1 for rows without tokens."""
-    weights = has_tokens.to(response_entropy.dtype)
-    count = group_sum(weights, group_index, num_groups)
-    group_mean = group_sum(response_entropy * weights, group_index, num_groups) / count.clamp(min=1.0)
-    row_mean = group_mean[group_index]
-    degenerate = row_mean <= entropy_epsilon
-    ratio = response_entropy / torch.where(degenerate, torch.ones_like(row_mean), row_mean)
-    ratio = torch.where(degenerate | ~has_tokens, torch.ones_like(ratio), ratio.clamp(min=entropy_epsilon))
-    if ratio_clamp is not None:
-        ratio = ratio.clamp(min=ratio_clamp[0], max=ratio_clamp[1])
-    return ratio
+    """(B,) factor s_i = P_hat_i^old / P_hat_i(theta) that turns the detached EDA advantage into the reference's.
+
+    response_entropy (B,) = P_i(theta), the CURRENT policy's masked mean token entropy, with gradient;
+    group_entropy (B,) = the detached normaliser from ``EdaResult.group_entropy`` (0: row left unscaled, s = 1);
+    entropy_ratio (B,) = P_hat_i^old from ``EdaResult.entropy_ratio``. Then A_hat_i * s_i = A_i / P_hat_i(theta)
+    with P_hat_i(theta) = P_i(theta) / group_entropy_i under the same guards as the advantage step; s = 1
+    (value) wherever theta = theta_old, and the gradient flows through P_i(theta) only.
+    """
+    active = group_entropy > entropy_epsilon
+    current = _guarded_ratio(response_entropy, torch.where(active, group_entropy, torch.zeros_like(group_entropy)), entropy_epsilon, ratio_clamp)
+    old = torch.where(active, entropy_ratio.to(current.dtype), torch.ones_like(current))
+    return old / current
 
 
 def compute_eda_advantages(
@@ -85,14 +127,9 @@ def compute_eda_advantages(
     outcome = grpo_advantages(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)
     # Non-finite token entropies count as 0 (masked_row_sum); Eq. 3's masked mean.
     response_entropy = masked_row_sum(token_entropy, response_mask) / lengths.clamp(min=1.0)
-    ratio = compute_entropy_ratio(
-        response_entropy,
-        group_index,
-        num_groups,
-        has_tokens,
-        entropy_epsilon=entropy_epsilon,
-        ratio_clamp=ratio_clamp,
-    )
+    row_mean = group_entropy_mean(response_entropy, group_index, num_groups, has_tokens)
+    group_entropy = torch.where(has_tokens & (row_mean > entropy_epsilon), row_mean, torch.zeros_like(row_mean))
+    ratio = _guarded_ratio(response_entropy, group_entropy, entropy_epsilon, ratio_clamp)
     eda_outcome = outcome / ratio
     advantages = eda_outcome[:, None] * response_mask.to(eda_outcome.dtype)
-    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens)
+    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens, group_entropy)

@@ -67,15 +67,20 @@ def decide_correction(
     has_answer: bool,
     has_solution: bool,
     missing_solution: str,
+    prompt_fits: bool = True,
 ) -> Decision:
     """Decide the fate of one response.
 
     correct: this response's reward says correct; group_correct: the same for every response of its group
     (only read in ``only_all_wrong_groups`` mode). ``missing_solution`` is what a replace_solution draw
     becomes when the row has no reference solution: "regenerate", "inject_answer" or "skip".
+    prompt_fits: False when the prompt is too long to be corrected (the reference corrects only prompts
+    shorter than 256 tokens); no branch is drawn then.
     """
     if correct:
         return Decision(None, "correct")
+    if not prompt_fits:
+        return Decision(None, "prompt_too_long")
     if only_all_wrong_groups and any(group_correct):
         return Decision(None, "group_has_correct")
     branch = draw_branch(rng, probabilities)
@@ -113,6 +118,11 @@ def summarize_corrections(
 ) -> dict[str, float]:
     """Per-step GEC metrics from the agent loop's per-response records.
 
+    Counts per step: gec/responses, gec/corrected[_<branch>], gec/fallbacks, gec/not_fitting,
+    gec/prompt_too_long (left uncorrected by the prompt-length gate), gec/regenerate_became_correct,
+    gec/all_wrong_groups, gec/groups_rescued, gec/continuation_cut (regenerations whose continuation room was
+    below the configured budget); gec/continuation_tokens_{mean,min,max} over the step's regenerations.
+
     infos (B,): the agent loop's per-response records (None for rows not run by the GEC loop); final_scores
     (B,) reward of the final responses; response_mask (B, T); old_log_probs (B, T) optional. Returns
     counts of corrections per branch, regenerations that became correct, groups rescued from all-wrong,
@@ -133,8 +143,17 @@ def summarize_corrections(
         metrics[f"gec/corrected_{branch}"] = float(sum(b == branch for b in branches))
     metrics["gec/fallbacks"] = float(sum(bool(infos[i].get("fallback")) for i in rows))
     metrics["gec/not_fitting"] = float(sum(infos[i].get("reason") == "does_not_fit" for i in rows))
+    metrics["gec/prompt_too_long"] = float(sum(infos[i].get("reason") == "prompt_too_long" for i in rows))
     regenerated = [i for i in rows if infos[i].get("branch") == REGENERATE]
     metrics["gec/regenerate_became_correct"] = float(sum(bool(final_correct[i]) for i in regenerated))
+    if regenerated:  # how long the continuations were, and how many got less than their budget's room
+        lengths = [int(infos[i].get("continuation_tokens", 0)) for i in regenerated]
+        metrics["gec/continuation_tokens_mean"] = sum(lengths) / len(lengths)
+        metrics["gec/continuation_tokens_min"] = float(min(lengths))
+        metrics["gec/continuation_tokens_max"] = float(max(lengths))
+        metrics["gec/continuation_cut"] = float(
+            sum(int(infos[i].get("continuation_budget", 0)) < int(infos[i].get("continuation_requested", 0)) for i in regenerated)
+        )
     groups: dict[str, list[int]] = {}
     for i in rows:
         groups.setdefault(str(uids[i]), []).append(i)

@@ -171,6 +171,16 @@ def to_training_rows(records: Sequence[dict], name: str, *, gec: bool) -> list[d
     ]
 
 
+def sft_rows(records: Sequence[dict]) -> list[dict]:
+    """EDGE-GRPO's SFT baseline data: the RL prompt (system + problem) answered by the reference solution, in
+    verl's multi-turn SFT format (``messages``); problems without a solution are left out."""
+    return [
+        {"messages": [*prompt_messages(r["problem"]), {"role": "assistant", "content": r["solution"]}]}
+        for r in records
+        if r.get("solution")
+    ]
+
+
 def training_rows(name: str, *, gec: bool = True, size: int = 1000, seed: int = 42, source: RandomSource = RandomSource()) -> list[dict]:
     return to_training_rows(training_records(name, size=size, seed=seed, source=source)[0], name, gec=gec)
 
@@ -220,7 +230,8 @@ def prepare(
     size: int = 1000,
     random_source: RandomSource = RandomSource(),
 ) -> Prepared:
-    """Write ``train_<set>.parquet``, ``train_<set>_gec.parquet`` (rows marked for GEC) and
+    """Write ``train_<set>.parquet``, ``train_<set>_gec.parquet`` (rows marked for GEC), ``sft_<set>.parquet``
+    (the SFT baseline: prompts answered by the reference solutions, when the set has them) and
     ``eval_<set>.parquet`` into ``out`` with a ``MANIFEST.json`` (rows, sha256, source of every file).
 
     A training set that cannot be built is reported in ``Prepared.failed`` (the others are still written).
@@ -245,6 +256,9 @@ def prepare(
             provenance += f" (seed {seed}, {size} problems)"
         for gec, suffix in ((False, ""), (True, "_gec")):
             record(out / f"train_{name}{suffix}.parquet", to_training_rows(records, name, gec=gec), provenance)
+        sft = sft_rows(records)
+        if sft:
+            record(out / f"sft_{name}.parquet", sft, provenance + " (reference solutions)")
     for name in eval_sets:
         record(out / f"eval_{name}.parquet", eval_rows(name), f"shipped:{name}.jsonl")
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")

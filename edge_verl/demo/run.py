@@ -21,12 +21,14 @@ from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, cpu_environment
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
+EDA_FORMS = ("gradient", "detached")  # algorithm.edge_eda.entropy_gradient true / false
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("response_length/mean", "resp len"),
     ("critic/advantages/max", "adv max"),
     ("critic/advantages/min", "adv min"),
     ("actor/entropy", "entropy"),
+    ("actor/edge_eda/entropy_grad_share", "EDA H share"),
 )
 
 
@@ -37,6 +39,8 @@ class DemoConfig:
     algorithm: str = "grpo"
     steps: int = 20
     trainer: str = "v1"
+    # EDA's form for edge_eda and edge: "gradient" (the reference's, as the EDGE recipes) or "detached".
+    eda_form: str = "gradient"
     out: Path = Path("runs/demo")
     seed: int = 0
     # Adam's first updates are sign-like and moved every parameter of the tiny model by lr: at 2e-3
@@ -59,6 +63,8 @@ class DemoConfig:
             raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
+        if self.eda_form not in EDA_FORMS:
+            raise ValueError(f"eda_form={self.eda_form!r}; allowed: {', '.join(EDA_FORMS)}")
         for name in ("steps", "prompts_per_step", "responses_per_prompt"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
@@ -94,20 +100,34 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     return {"model": model_dir, "train": train, "val": val}
 
 
+# The demo's sampled answers are capped at 16 tokens (~10-token answers of the byte-level model), GEC's
+# first sample too; a correction then grows past it, as in the reference (1024 + up to 256 there): the
+# phrase (31 byte tokens) + a 64-token continuation, or the inject_answer text (up to ~90 tokens).
+SAMPLE_TOKENS = 16
+GEC_CONTINUATION_TOKENS = 64
 # GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop).
-GEC_OVERRIDES = ("actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.enable=True")
+GEC_OVERRIDES = (
+    "actor_rollout_ref.rollout.calculate_log_probs=False",
+    "+algorithm.edge_gec.enable=True",
+    f"+algorithm.edge_gec.first_sample_tokens={SAMPLE_TOKENS}",
+    f"+algorithm.edge_gec.continuation_tokens={GEC_CONTINUATION_TOKENS}",
+)
+# EDA's gradient form rescales the advantage inside the actor loss with the current entropy.
+EDA_GRADIENT_OVERRIDES = ("+algorithm.edge_eda.entropy_gradient=True", "actor_rollout_ref.actor.calculate_entropy=True")
 
 
-def algorithm_overrides(algorithm: str) -> list[str]:
+def algorithm_overrides(algorithm: str, eda_form: str = "gradient") -> list[str]:
     """``edge`` is EDGE-GRPO: the edge_eda estimator plus GEC; the others name a verl estimator."""
+    eda = list(EDA_GRADIENT_OVERRIDES) if eda_form == "gradient" else []
     if algorithm == "edge":
-        return ["algorithm.adv_estimator=edge_eda", *GEC_OVERRIDES]
+        return ["algorithm.adv_estimator=edge_eda", *eda, *GEC_OVERRIDES]
+    if algorithm == "edge_eda":
+        return ["algorithm.adv_estimator=edge_eda", *eda]
     return [f"algorithm.adv_estimator={algorithm}"]
 
 
 def response_length(algorithm: str) -> int:
-    # GEC appends up to ~90 tokens (the inject_answer text) to ~10-token answers of the byte-level model.
-    return 128 if algorithm == "edge" else 16
+    return 128 if algorithm == "edge" else SAMPLE_TOKENS
 
 
 def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
@@ -118,7 +138,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
     mini_batch = max(1, batch // 2)
     mini_rollouts = mini_batch * config.responses_per_prompt
     overrides = [
-        *algorithm_overrides(config.algorithm),
+        *algorithm_overrides(config.algorithm, config.eda_form),
         f"data.train_files={inputs['train']}",
         f"data.val_files={inputs['val']}",
         f"data.train_batch_size={batch}",
@@ -231,6 +251,7 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
                 "edge_verl/edge_eda/entropy_ratio_min",
                 "edge_verl/edge_eda/entropy_ratio_max",
                 "edge_verl/gec/injected_token_frac",
+                "actor/edge_eda/entropy_grad_share",
             ),
         ),
     ]
@@ -282,7 +303,8 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
     config.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     overrides = build_overrides(config, prepare_inputs(config))
-    stream.write(f"edge-verl demo: {config.algorithm} on verl's {config.trainer} trainer, {config.steps} steps, out={config.out}\n")
+    form = f" (EDA {config.eda_form})" if config.algorithm in ("edge", "edge_eda") else ""
+    stream.write(f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.steps} steps, out={config.out}\n")
     returncode = run_main_ppo(overrides, config.out, stream)
     rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}

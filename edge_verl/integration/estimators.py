@@ -82,8 +82,9 @@ class _Batch:
         rows_before, rows_after = before[self.valid], after[self.valid]
         return {
             "zero_variance_group_frac": zero_variance_group_fraction(self.scores, self.group_index, self.num_groups, self.valid),
-            "adv_var_before": float(rows_before.var(unbiased=False)) if rows_before.numel() else 0.0,
-            "adv_var_after": float(rows_after.var(unbiased=False)) if rows_after.numel() else 0.0,
+            # unbiased (ddof = 1), as the EDGE-GRPO reference logs it and as edge_verl/adv/var
+            "adv_var_before": float(rows_before.var()) if rows_before.numel() >= 2 else 0.0,
+            "adv_var_after": float(rows_after.var()) if rows_after.numel() >= 2 else 0.0,
         }
 
 
@@ -130,8 +131,27 @@ def compute_edge_eda_advantage(
             }
         )
         _report(step, estimator, metrics)
+        if options.entropy_gradient:
+            _hand_to_loss(step, result, response_mask, options)
     advantages = result.advantages.to(token_level_rewards.dtype)
     return advantages, advantages
+
+
+def _hand_to_loss(step: AdvantageStep, result: Any, response_mask: torch.Tensor, options: EdaConfig) -> None:
+    """EDA's gradient form: what the actor loss needs to rescale this batch's advantages
+    (``edge_verl.integration.eda_loss``), laid on each row's response tokens."""
+    mask = response_mask.to(torch.float32)
+    step.loss_columns = {
+        names.EDA_GROUP_ENTROPY_COLUMN: result.group_entropy[:, None] * mask,
+        names.EDA_RATIO_COLUMN: result.entropy_ratio[:, None] * mask,
+    }
+    step.response_mask = response_mask
+    step.loss_options = {
+        names.EDA_OPTIONS_KEY: {
+            "entropy_epsilon": options.entropy_epsilon,
+            "ratio_clamp": list(options.ratio_clamp) if options.ratio_clamp is not None else None,
+        }
+    }
 
 
 def _gepo_thresholds(run: Optional[TrainingRun]) -> GepoThresholds:

@@ -58,7 +58,24 @@ def check_gec_supported(config: Any) -> GecConfig:
         )
     if bypass_mode_enabled(config.algorithm):
         raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
+    if options.first_sample_tokens is not None:
+        check_budget(options, int(rollout.response_length))
     return options
+
+
+def check_budget(options: GecConfig, response_length: int, phrase_tokens: int = 0) -> None:
+    """With a first-sample cap, a regenerated response (first sample + phrase + continuation) must fit in
+    rollout.response_length, or the truncated responses GEC targets would lose their continuation."""
+    first = options.first_sample_tokens
+    if first is None:
+        return
+    needed = first + phrase_tokens + options.continuation_tokens
+    if needed > response_length:
+        raise ValueError(
+            f"algorithm.edge_gec.first_sample_tokens={first} + the reflection phrase ({phrase_tokens} tokens) + "
+            f"continuation_tokens={options.continuation_tokens} = {needed} exceeds actor_rollout_ref.rollout.response_length="
+            f"{response_length}: raise response_length to at least {needed} (data.max_response_length) or lower first_sample_tokens."
+        )
 
 
 def sample_index(kwargs: dict) -> int:
@@ -146,6 +163,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if reward_fn is None:
             raise ValueError("edge_gec grades responses with reward.custom_reward_function; set its path and name.")
         eos = self.tokenizer.eos_token_id
+        check_budget(gec, int(self.response_length), len(self._encode(gec.reflection_phrase)))
         return _RunSetup(self.config, gec, reward_fn, frozenset(eos if isinstance(eos, (list, tuple)) else [eos]))
 
     async def _grade(self, response_ids: list[int], kwargs: dict) -> float:
@@ -170,6 +188,8 @@ class GecAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         uid = str(kwargs.get("uid", ""))
         index = sample_index(kwargs)
+        if self.gec.first_sample_tokens is not None:  # room left in response_length for the correction
+            sampling_params = {**sampling_params, "max_tokens": self.gec.first_sample_tokens}
         output = await super().run(sampling_params, **kwargs)
         correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
         group = [correct]
@@ -189,6 +209,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             has_answer=bool(answer),
             has_solution=bool(solution),
             missing_solution=self.gec.missing_solution,
+            prompt_fits=self.gec.max_prompt_tokens is None or len(output.prompt_ids) < self.gec.max_prompt_tokens,
         )
         info = {
             "branch": decision.branch,
@@ -199,13 +220,15 @@ class GecAgentLoop(SingleTurnAgentLoop):
             "injected_start": 0,
             "injected_end": 0,
             "all_wrong_group": not any(group),
+            "prompt_length": len(output.prompt_ids),
         }
         if decision.branch is not None:
             applied = await self._apply(decision.branch, output, sampling_params, answer, solution)
             if applied is None:
                 info.update(branch=None, reason="does_not_fit")
             else:
-                response_ids, injected = applied
+                response_ids, injected, continuation = applied
+                info.update(continuation)
                 output.response_ids = response_ids
                 output.response_mask = [1] * len(response_ids)
                 output.response_logprobs = None
@@ -216,21 +239,27 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     async def _apply(
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str
-    ) -> Optional[tuple[list[int], tuple[int, int]]]:
-        """Final response tokens and the [start, end) span of injected tokens, or None if it cannot fit."""
+    ) -> Optional[tuple[list[int], tuple[int, int], dict]]:
+        """Final response tokens, the [start, end) span of injected tokens and the regenerate branch's
+        continuation record (length, the room it had, the configured budget), or None if it cannot fit.
+
+        Everything stays within rollout.response_length. With ``first_sample_tokens`` set (and
+        response_length sized for it, ``check_budget``), the sampled body is at most that long, so a
+        response truncated at its cap still gets the whole continuation budget (the reference's layout).
+        """
         limit = self.response_length
         body = list(output.response_ids)
         if body and body[-1] in self.eos_ids:
             body = body[:-1]
         if branch == REPLACE_SOLUTION:
             tokens = self._encode(solution) + [self.eos_id]
-            return (tokens, (0, len(tokens))) if len(tokens) <= limit else None
+            return (tokens, (0, len(tokens)), {}) if len(tokens) <= limit else None
         if branch == INJECT_ANSWER:
             suffix = self._encode(injected_answer_text(answer, self.gec.answer_template)) + [self.eos_id]
             if len(suffix) > limit:
                 return None
             body = body[: limit - len(suffix)]
-            return body + suffix, (len(body), len(body) + len(suffix))
+            return body + suffix, (len(body), len(body) + len(suffix)), {}
         assert branch == REGENERATE
         phrase = self._encode(self.gec.reflection_phrase)
         if len(phrase) + 1 > limit:
@@ -243,4 +272,5 @@ class GecAgentLoop(SingleTurnAgentLoop):
             sampling_params={**sampling_params, "max_tokens": budget, "logprobs": False},
         )
         continuation = list(continued.token_ids)[:budget]
-        return body + phrase + continuation, (len(body), len(body) + len(phrase))
+        record = {"continuation_tokens": len(continuation), "continuation_budget": budget, "continuation_requested": self.gec.continuation_tokens}
+        return body + phrase + continuation, (len(body), len(body) + len(phrase)), record

@@ -36,6 +36,14 @@ REWARD_EXTRA_INFO_FIELD = "reward_extra_info"
 # ``reward.custom_reward_function.path`` values that mean edge_verl's reward.
 REWARD_MODULE = "edge_verl.reward"
 
+# EDA with gradient through entropy (``algorithm.edge_eda.entropy_gradient``): per-token columns the
+# estimator writes next to ``advantages`` for the actor loss (the detached normaliser = the old policy's
+# group mean response entropy, 0 on rows left unscaled; the old P_hat), and the batch-level guard options
+# (entropy_epsilon, ratio_clamp) they were computed with. See ``integration/eda_loss.py``.
+EDA_GROUP_ENTROPY_COLUMN = "edge_eda_group_entropy"
+EDA_RATIO_COLUMN = "edge_eda_entropy_ratio"
+EDA_OPTIONS_KEY = "edge_eda_loss_options"
+
 # Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
 

@@ -117,6 +117,11 @@ class TrainingRun:
         return self.estimator == names.EDA_ESTIMATOR or self.options.group_entropy == "token_entropy"
 
     @property
+    def entropy_gradient(self) -> bool:
+        """EDA in the reference's form: the actor loss rescales the advantage with the current entropy."""
+        return isinstance(self.options, EdaConfig) and self.options.entropy_gradient
+
+    @property
     def is_ours(self) -> bool:
         """True when any of the plugin's hooks has work to do in this run."""
         return self.opens_advantage_step or self.gec_enabled
@@ -131,11 +136,18 @@ class AdvantageStep:
 
     inputs: per-token tensors (B, T) under the plugin's names: "entropy" (old policy's token entropy),
     "old_log_probs". metrics: the estimator's metrics, already prefixed for verl's logger.
+    loss_columns: per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's
+    batch (EDA's gradient form, ``names.EDA_*_COLUMN``), with ``response_mask`` (B, T) they are laid on;
+    loss_options: batch-level values for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer hooks
+    write both where the actor update reads its batch (legacy: the DataProto; v1: the TransferQueue).
     """
 
     run: Optional[TrainingRun]
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    response_mask: Optional[torch.Tensor] = None
 
 
 _CURRENT_RUN: ContextVar[Optional[TrainingRun]] = ContextVar("edge_verl_run", default=None)

@@ -17,21 +17,25 @@ fetch, no extra checkpoint file). What each wrapper is for:
   legacy ``ray_trainer.compute_data_metrics``: the estimator's, GEC's and the grader's metrics into the
   step's metrics;
 - legacy ``AgentLoopManager.generate_sequences``: number each response within its uid group before verl
-  splits the batch across agent-loop workers, so GEC's seeded decisions do not depend on the split.
+  splits the batch across agent-loop workers, so GEC's seeded decisions do not depend on the split;
+- EDA's gradient form: the advantage step's loss columns go where the actor update reads its batch (legacy:
+  the ``compute_advantage`` wrapper, into the DataProto; v1: ``_compute_advantage``, into the
+  TransferQueue); both trainers' ``_update_actor``: stop when the actor loss hook did not run
+  (``integration/eda_loss.py`` wraps verl's ``ppo_loss`` in the workers).
 ``VERL_INTERNALS`` lists every verl attribute used here with the parameters relied on; the internals
 test (and ``edge-verl doctor``) fail when an upgrade changes one.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
-from edge_verl.integration import estimators, names
+from edge_verl.integration import eda_loss, estimators, names
+from edge_verl.integration.post_import import wrap
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, prefixed
 from edge_verl.integration.state import restore_run_state, save_state
 
@@ -47,6 +51,7 @@ VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
         "compute_advantage": ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
         "compute_data_metrics": ("batch", "use_critic"),
         "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
+        "RayPPOTrainer._update_actor": ("self", "batch"),
         "RayPPOTrainer._load_checkpoint": ("self",),
         "RayPPOTrainer._save_checkpoint": ("self",),
         "RayPPOTrainer.fit": ("self",),
@@ -59,6 +64,7 @@ VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
         "KVBatchMeta": ("keys", "tags", "partition_id"),
         "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
         "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
+        "PPOTrainer._update_actor": ("self", "batch", "metrics"),
         "PPOTrainer._load_checkpoint": ("self",),
         "PPOTrainer._save_checkpoint": ("self",),
         "PPOTrainer.fit": ("self", "agent_loop_manager"),
@@ -74,18 +80,12 @@ VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
         "SingleTurnAgentLoop.run": ("self", "sampling_params"),
     },
     "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
+    "verl.workers.utils.losses": {"ppo_loss": ("config", "model_output", "data", "dp_group"), "get_policy_loss_fn": ("name",)},
+    "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
+    "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
 }
 
 _RUN_ATTRIBUTE = "_edge_verl_run"
-
-
-def _wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-    original = getattr(owner, name)
-    if getattr(original, "__edge_verl_wrapped__", False):
-        return
-    wrapper = functools.wraps(original)(make(original))
-    wrapper.__edge_verl_wrapped__ = True
-    setattr(owner, name, wrapper)
 
 
 # --- the run: created before the first rollout, current during fit ---------------------------------------
@@ -142,6 +142,14 @@ def check_run_config(config: Any) -> TrainingRun:
     """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
     run = TrainingRun.from_config(config.algorithm)
     run.grader_metrics = uses_edge_reward(config)
+    if run.entropy_gradient:
+        actor = config.actor_rollout_ref.actor
+        if not (actor.get("calculate_entropy", False) or float(actor.get("entropy_coeff", 0.0) or 0.0) != 0.0):
+            raise ValueError(
+                "algorithm.edge_eda.entropy_gradient=True rescales the advantage inside the actor loss with the current "
+                "policy's entropy, which verl computes there only when asked: set "
+                "actor_rollout_ref.actor.calculate_entropy=True (or entropy_gradient=False for the detached form)."
+            )
     if run.gec_enabled:
         from edge_verl.integration.gec_agent_loop import check_gec_supported
 
@@ -231,7 +239,7 @@ def _make_compute_advantage(original: Callable) -> Callable:
     def compute_advantage(data, adv_estimator, *args, **kwargs):
         run = current_run()
         ours = str(adv_estimator) in names.ESTIMATORS
-        with_stats = run is not None and run.advantage_stats
+        with_stats = ours or (run is not None and run.advantage_stats)
         if not ours and not with_stats:
             return original(data, adv_estimator, *args, **kwargs)
         inputs = {}
@@ -245,8 +253,12 @@ def _make_compute_advantage(original: Callable) -> Callable:
             data = original(data, adv_estimator, *args, **kwargs)
             if with_stats:
                 step.metrics.update(advantage_metrics(data))
-        if outermost and run is not None:  # legacy trainer: compute_data_metrics collects them
-            run.pending_metrics.update(step.metrics)
+        if outermost:  # legacy trainer: the batch goes on to the actor as it is
+            for key, column in step.loss_columns.items():
+                data.batch[key] = column.to(data.batch["advantages"].dtype)
+            data.meta_info.update(step.loss_options)
+            if run is not None:  # compute_data_metrics collects them
+                run.pending_metrics.update(step.metrics)
         return data
 
     return compute_advantage
@@ -257,16 +269,63 @@ def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
         run = run_of(self)
         if not run.opens_advantage_step:
             return original(self, batch, metrics, *args, **kwargs)
-        entropy = None
+        entropy = response_mask = None
         if run.needs_entropy:
             fetched = tq_module.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
+            response_mask = fetched["response_mask"]
             entropy = fetched.to_padded_tensor()["entropy"]
         with advantage_step(entropy=entropy) as step:
             result = original(self, batch, metrics, *args, **kwargs)
         metrics.update(step.metrics)
+        if step.loss_columns:
+            result = _put_loss_inputs(tq_module, result, step, response_mask)
         return result
 
     return _compute_advantage
+
+
+def _put_loss_inputs(tq_module: Any, batch: Any, step: Any, response_mask: Any) -> Any:
+    """v1: the estimator's loss columns into the TransferQueue next to ``advantages`` (nested the same
+    way, on the rows' response lengths), its loss options into the batch's extra_info (which reaches the
+    actor update as non-tensor data)."""
+    from tensordict import TensorDict
+    from verl.workers.utils.padding import response_to_nested
+
+    fields = TensorDict({key: response_to_nested(column, response_mask) for key, column in step.loss_columns.items()}, batch_size=len(batch.keys))
+    stored = tq_module.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+    stored.extra_info = {**(batch.extra_info or {}), **(stored.extra_info or {}), **step.loss_options}
+    return stored
+
+
+_LOSS_HOOK_METRIC = f"actor/{names.EDA_ESTIMATOR}/loss_scale_mean"
+
+
+def _check_loss_hook_ran(run: TrainingRun, metric_keys: Iterable[str]) -> None:
+    """EDA's gradient form lives in the actor workers' loss: an update without its metric means the
+    plugin was not loaded there (the detached form would train silently)."""
+    if run.entropy_gradient and _LOSS_HOOK_METRIC not in set(metric_keys):
+        raise RuntimeError(
+            f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: the "
+            "edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
+        )
+
+
+def _make_v1_update_actor(original: Callable) -> Callable:
+    def _update_actor(self, batch, metrics, *args, **kwargs):
+        result = original(self, batch, metrics, *args, **kwargs)
+        _check_loss_hook_ran(run_of(self), metrics)
+        return result
+
+    return _update_actor
+
+
+def _make_legacy_update_actor(original: Callable) -> Callable:
+    def _update_actor(self, batch, *args, **kwargs):
+        output = original(self, batch, *args, **kwargs)
+        _check_loss_hook_ran(run_of(self), output.meta_info.get("metrics", {}))
+        return output
+
+    return _update_actor
 
 
 # --- GEC's metrics and sample numbering ------------------------------------------------------------------
@@ -373,37 +432,40 @@ def _make_compute_data_metrics(original: Callable) -> Callable:
 
 
 def patch_ray_trainer(module: Any) -> None:
-    _wrap(module, "compute_advantage", _make_compute_advantage)
-    _wrap(module, "compute_data_metrics", _make_compute_data_metrics)
+    wrap(module, "compute_advantage", _make_compute_advantage)
+    wrap(module, "compute_data_metrics", _make_compute_data_metrics)
     for name, make in (
         ("_compute_old_log_prob", _make_legacy_old_log_prob),
+        ("_update_actor", _make_legacy_update_actor),
         ("_load_checkpoint", _make_load_checkpoint),
         ("_save_checkpoint", _make_save_checkpoint),
         ("fit", _make_fit),
     ):
-        _wrap(module.RayPPOTrainer, name, make)
+        wrap(module.RayPPOTrainer, name, make)
 
 
 def patch_v1_utils(module: Any) -> None:
-    _wrap(module, "compute_advantage", _make_compute_advantage)
+    wrap(module, "compute_advantage", _make_compute_advantage)
 
 
 def patch_v1_trainer_base(module: Any) -> None:
     trainer = module.PPOTrainer
-    _wrap(trainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
-    _wrap(trainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
-    _wrap(trainer, "_load_checkpoint", _make_load_checkpoint)
-    _wrap(trainer, "_save_checkpoint", _make_save_checkpoint)
-    _wrap(trainer, "fit", _make_fit)
+    wrap(trainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
+    wrap(trainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
+    wrap(trainer, "_update_actor", _make_v1_update_actor)
+    wrap(trainer, "_load_checkpoint", _make_load_checkpoint)
+    wrap(trainer, "_save_checkpoint", _make_save_checkpoint)
+    wrap(trainer, "fit", _make_fit)
 
 
 def patch_agent_loop(module: Any) -> None:
     from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
 
-    _wrap(module.AgentLoopManager, "generate_sequences", _make_generate_sequences)
+    wrap(module.AgentLoopManager, "generate_sequences", _make_generate_sequences)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
+    "verl.workers.utils.losses": eda_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,
     "verl.trainer.ppo.ray_trainer": patch_ray_trainer,

@@ -1,8 +1,9 @@
 # Sourced by every recipe in recipes/: the user-adjustable block and the knobs shared by all methods
 # (EDGE-GRPO's training setup, EDGE_GRPO.md section 3), so a method and its baselines differ only in
 # their METHOD_ARGS and an FSDP/Megatron twin only in its BACKEND_ARGS. Every variable can be set from
-# the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (edge, grpo,
-# gepo, clipcov, klcov, cliphigher), BACKEND (fsdp, megatron) and KNOBS (edge, gepo: whose training setup),
+# the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (the case
+# at the end: the papers' methods, their baselines and ablations), BACKEND (fsdp, megatron) and KNOBS
+# (edge, gepo: whose training setup),
 # sets MODEL_PATH and TRAIN_FILE defaults, sources this file and calls run_recipe "$@".
 #
 # Run identity: the experiment name and checkpoint folder are METHOD_MODEL_TRAINSET_BACKEND_seedN, and
@@ -40,7 +41,19 @@ MINI_BATCH_SIZE=${MINI_BATCH_SIZE:-$TRAIN_BATCH_SIZE}
 MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}        # per GPU
 ROLLOUT_N=${ROLLOUT_N:-8}                      # responses per prompt (G)
 MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
-MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-1024}
+MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}     # tokens a sampled response may use (paper: 1024)
+# GEC's correction grows past the sample, as in the reference: the phrase plus up to 256 more tokens. GEC
+# methods cap the first sample at MAX_SAMPLE_LENGTH (edge_gec.first_sample_tokens) and size the response
+# to fit (32 tokens of room for the phrase); validation responses may then use that length too.
+GEC_CONTINUATION_TOKENS=${GEC_CONTINUATION_TOKENS:-256}
+case "$METHOD" in
+    edge | gec | forcer | forcer_eda) MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$((MAX_SAMPLE_LENGTH + GEC_CONTINUATION_TOKENS + 32))} ;;
+    *) MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$MAX_SAMPLE_LENGTH} ;;
+esac
+# EDA's form: True = the reference's gradient through the current entropy in the actor loss (needs the
+# entropy computed in the update); False = the detached advantage.
+EDA_ENTROPY_GRADIENT=${EDA_ENTROPY_GRADIENT:-True}
+GEPO_SYMMETRIC_ALPHA=${GEPO_SYMMETRIC_ALPHA:-0.5}  # gepo_symmetric: one factor for both sides (the positive one)
 TEMPERATURE=${TEMPERATURE:-0.6}
 LR=${LR:-1e-6}
 LR_SCHEDULER=${LR_SCHEDULER:-cosine}
@@ -157,12 +170,34 @@ GEC_ARGS=(
     actor_rollout_ref.rollout.calculate_log_probs=False
     +algorithm.edge_gec.enable=True
     +algorithm.edge_gec.seed="$SEED"
+    +algorithm.edge_gec.first_sample_tokens="$MAX_SAMPLE_LENGTH"
+    +algorithm.edge_gec.continuation_tokens="$GEC_CONTINUATION_TOKENS"
+)
+# Methods that run EDA (edge_eda), in the form EDA_ENTROPY_GRADIENT says.
+EDA_ARGS=(
+    algorithm.adv_estimator=edge_eda
+    +algorithm.edge_eda.entropy_gradient="$EDA_ENTROPY_GRADIENT"
+    actor_rollout_ref.actor.calculate_entropy="$EDA_ENTROPY_GRADIENT"
 )
 
 case "$METHOD" in
-    edge) METHOD_ARGS=(algorithm.adv_estimator=edge_eda "${GEC_ARGS[@]}") ;;
+    edge) METHOD_ARGS=("${EDA_ARGS[@]}" "${GEC_ARGS[@]}") ;;  # EDGE-GRPO: EDA + GEC
+    # EDGE-GRPO's ablations: each remedy alone, and Force-R (the regenerate branch for every wrong response)
+    eda) METHOD_ARGS=("${EDA_ARGS[@]}") ;;
+    gec) METHOD_ARGS=(algorithm.adv_estimator=grpo "${GEC_ARGS[@]}") ;;
+    forcer) METHOD_ARGS=(algorithm.adv_estimator=grpo "${GEC_ARGS[@]}" +algorithm.edge_gec.force_regenerate=True) ;;
+    forcer_eda) METHOD_ARGS=("${EDA_ARGS[@]}" "${GEC_ARGS[@]}" +algorithm.edge_gec.force_regenerate=True) ;;
     grpo) METHOD_ARGS=(algorithm.adv_estimator=grpo) ;;
     gepo) METHOD_ARGS=(algorithm.adv_estimator=gepo) ;;
+    # GEPO's ablations (gepo.ablation lifts the alpha_high < alpha_low guard for exactly that one)
+    gepo_no_high) METHOD_ARGS=(algorithm.adv_estimator=gepo +algorithm.gepo.ablation=no_high_entropy_control +algorithm.gepo.alpha_high=1.0) ;;
+    gepo_no_low) METHOD_ARGS=(algorithm.adv_estimator=gepo +algorithm.gepo.ablation=no_low_entropy_control +algorithm.gepo.alpha_low=1.0) ;;
+    gepo_symmetric) METHOD_ARGS=(
+        algorithm.adv_estimator=gepo
+        +algorithm.gepo.ablation=symmetric
+        +algorithm.gepo.alpha_low="$GEPO_SYMMETRIC_ALPHA"
+        +algorithm.gepo.alpha_high="$GEPO_SYMMETRIC_ALPHA"
+    ) ;;
     clipcov) METHOD_ARGS=(  # verl's built-in Clip-Cov policy loss (entropy-mechanism paper's values)
         algorithm.adv_estimator=grpo
         actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov
@@ -177,8 +212,58 @@ case "$METHOD" in
         actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1
     ) ;;
     cliphigher) METHOD_ARGS=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.clip_ratio_high=0.28) ;;  # DAPO-style
+    sft) METHOD_ARGS=() ;;  # EDGE-GRPO's SFT baseline: verl's SFT trainer, run_sft_recipe below
     *) echo "recipe error: METHOD=$METHOD" >&2; exit 2 ;;
 esac
+
+# EDGE-GRPO's SFT baseline (supervised fine-tuning on the training set's reference solutions, the RL prompt
+# as context; scripts/prepare_data.py writes sft_<set>.parquet). The paper does not state its SFT
+# hyper-parameters: these are this project's choices, every one settable.
+SFT_LR=${SFT_LR:-1e-5}
+SFT_EPOCHS=${SFT_EPOCHS:-3}
+SFT_BATCH_SIZE=${SFT_BATCH_SIZE:-32}            # sequences per optimizer step
+SFT_MAX_LENGTH=${SFT_MAX_LENGTH:-2048}          # prompt + solution tokens; longer rows are an error
+
+# run_sft_recipe USER_OVERRIDES...: verl's SFT trainer (torchrun -m verl.trainer.sft_trainer) on TRAIN_FILE.
+run_sft_recipe() {
+    if [ "$EDGE_VERL_CPU" = "1" ]; then
+        echo "recipe error: the SFT recipe has no CPU backend (EDGE_VERL_CPU=1); run it on GPUs" >&2
+        return 2
+    fi
+    local args=(
+        data.train_files="$TRAIN_FILE"
+        data.val_files=null
+        data.messages_key=messages
+        data.train_batch_size="$SFT_BATCH_SIZE"
+        data.micro_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+        data.max_length="$SFT_MAX_LENGTH"
+        data.truncation=error
+        model.path="$MODEL_PATH"
+        model.enable_gradient_checkpointing=True
+        optim.lr="$SFT_LR"
+        optim.lr_warmup_steps_ratio=0.0
+        optim.lr_scheduler_type=cosine
+        optim.clip_grad=1.0
+        "checkpoint.save_contents=[model,optimizer,extra,hf_model]"
+        trainer.default_local_dir="$CKPT_DIR"
+        trainer.project_name="$PROJECT_NAME"
+        trainer.experiment_name="$EXPERIMENT_NAME"
+        trainer.total_epochs="$SFT_EPOCHS"
+        trainer.logger="$LOGGER"
+        trainer.seed="$SEED"
+        trainer.nnodes="$NNODES"
+        trainer.n_gpus_per_node="$NGPUS_PER_NODE"
+        trainer.max_ckpt_to_keep="$MAX_CKPT_TO_KEEP"
+        "$@"
+    )
+    if [ "$DRY_RUN" = "1" ]; then
+        printf '%s\n' "--config-name=sft_trainer_engine" "${args[@]}"
+        return 0
+    fi
+    python -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
+        --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" || return $?
+    torchrun --nnodes="$NNODES" --nproc_per_node="$NGPUS_PER_NODE" -m verl.trainer.sft_trainer "${args[@]}"
+}
 
 # run_recipe USER_OVERRIDES...: the method on the recipe's backend (verl's ppo_trainer or ppo_megatron_trainer).
 run_recipe() {

@@ -105,3 +105,58 @@ def test_eda_never_produces_nan_or_inf(seed):
     result = compute_eda_advantages(**_batch(uids, scores.tolist(), entropy.tolist(), mask.tolist()))
     assert torch.isfinite(result.advantages).all()
     assert torch.all(result.advantages[torch.tensor(mask) == 0] == 0)
+
+
+# --- the gradient-through-entropy form (entropy_gradient_scale, used inside the actor loss) ------------------
+
+
+def test_entropy_gradient_scale_hand_computed():
+    # Old pass: P_old = (0.3, 0.9), group mean 0.6 -> P_hat_old = (0.5, 1.5).
+    # Current P = (0.6, 0.9): P_hat = (1.0, 1.5) -> s = P_hat_old / P_hat = (0.5, 1.0).
+    # ds_0/dP_0 = -P_hat_old_0 * mean / P_0^2 = -0.5 * 0.6 / 0.36 = -0.83333; ds_1/dP_1 = -1.5 * 0.6 / 0.81 = -1.11111.
+    from edge_verl.algorithms.eda import entropy_gradient_scale
+
+    current = torch.tensor([0.6, 0.9], requires_grad=True)
+    scale = entropy_gradient_scale(current, torch.tensor([0.6, 0.6]), torch.tensor([0.5, 1.5]), entropy_epsilon=1e-6, ratio_clamp=None)
+    torch.testing.assert_close(scale, torch.tensor([0.5, 1.0]))
+    (gradient,) = torch.autograd.grad(scale.sum(), current)
+    torch.testing.assert_close(gradient, torch.tensor([-0.83333, -1.11111]), atol=1e-5, rtol=0)
+
+
+def test_entropy_gradient_scale_is_one_at_the_old_policy_and_follows_the_estimator():
+    from edge_verl.algorithms.eda import entropy_gradient_scale
+
+    rng = np.random.default_rng(5)
+    uids = [f"u{i // 4}" for i in range(24)]
+    mask = (rng.uniform(size=(24, 9)) < 0.8).astype(float)
+    mask[3] = 0  # a row without tokens
+    entropy = rng.uniform(0.0, 2.0, (24, 9))
+    entropy[4:8] = 0.0  # a group at zero entropy: left unscaled
+    batch = _batch(uids, rng.integers(0, 2, 24).tolist(), entropy.tolist(), mask.tolist())
+    for clamp in (None, (0.5, 1.5)):
+        result = compute_eda_advantages(**batch, ratio_clamp=clamp)
+        scale = entropy_gradient_scale(
+            result.response_entropy, result.group_entropy, result.entropy_ratio, entropy_epsilon=1e-6, ratio_clamp=clamp
+        )
+        torch.testing.assert_close(scale, torch.ones(24))
+        # A_hat * s = A / P_hat(theta): at a moved policy the loss's advantage is the estimator's on the new entropy
+        moved = result.response_entropy * torch.tensor(rng.uniform(0.5, 2.0, 24), dtype=torch.float32)
+        scale = entropy_gradient_scale(moved, result.group_entropy, result.entropy_ratio, entropy_epsilon=1e-6, ratio_clamp=clamp)
+        expected = torch.where(
+            result.group_entropy > 0,
+            result.outcome_advantages / (moved / result.group_entropy.clamp(min=1e-12)).clamp(min=clamp[0] if clamp else 1e-6, max=clamp[1] if clamp else float("inf")),
+            result.eda_outcome_advantages,
+        )
+        torch.testing.assert_close(result.eda_outcome_advantages * scale, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_entropy_gradient_scale_is_finite_with_zero_entropy_and_unscaled_rows_have_no_gradient():
+    from edge_verl.algorithms.eda import entropy_gradient_scale
+
+    current = torch.tensor([0.0, 0.4, 0.7, float("inf")], requires_grad=True)
+    group = torch.tensor([0.5, 0.0, 0.5, 0.5])  # row 1: left unscaled by the estimator
+    scale = entropy_gradient_scale(current, group, torch.tensor([0.8, 1.0, 1.4, 1.0]), entropy_epsilon=1e-6, ratio_clamp=(0.1, 10.0))
+    assert torch.all(torch.isfinite(scale))
+    assert scale[1] == 1.0
+    (gradient,) = torch.autograd.grad(scale.sum(), current)
+    assert torch.all(torch.isfinite(gradient)) and gradient[0] == 0 and gradient[1] == 0 and gradient[2] != 0

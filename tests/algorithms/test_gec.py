@@ -138,3 +138,34 @@ def test_config_defaults_and_validation():
         GecConfig(answer_template="no placeholder")
     with pytest.raises(ValueError, match="unknown option"):
         GecConfig.from_mapping({"probability": 1})
+
+
+def test_the_prompt_gate_leaves_incorrect_responses_of_long_prompts_alone():
+    assert _decide(correct=True).reason == "correct"  # correct first: the gate only matters for wrong ones
+    gated = decide_correction(
+        correct=False, group_correct=[False], rng=random.Random(0), probabilities=PAPER, only_all_wrong_groups=False,
+        has_answer=True, has_solution=True, missing_solution="regenerate", prompt_fits=False,
+    )
+    assert gated.branch is None and gated.reason == "prompt_too_long"
+
+
+def test_summary_of_continuations_and_the_gate():
+    # Two regenerations: continuation 256 of a 256 budget, and 40 of a budget cut to 40 (of 256 asked);
+    # one response left uncorrected by the prompt gate. mean (256 + 40) / 2 = 148.
+    infos = [
+        {"branch": REGENERATE, "reason": "corrected", "continuation_tokens": 256, "continuation_budget": 256, "continuation_requested": 256},
+        {"branch": REGENERATE, "reason": "corrected", "continuation_tokens": 40, "continuation_budget": 40, "continuation_requested": 256},
+        {"branch": None, "reason": "prompt_too_long"},
+    ]
+    metrics = summarize_corrections(infos, [0.0, 1.0, 0.0], ["a", "a", "b"], torch.ones(3, 4))
+    assert metrics["gec/prompt_too_long"] == 1 and metrics["gec/continuation_cut"] == 1
+    assert (metrics["gec/continuation_tokens_min"], metrics["gec/continuation_tokens_max"]) == (40, 256)
+    assert metrics["gec/continuation_tokens_mean"] == 148
+
+
+def test_budget_options_are_validated():
+    assert (GecConfig().first_sample_tokens, GecConfig().max_prompt_tokens) == (None, 256)
+    assert GecConfig(first_sample_tokens=1024, max_prompt_tokens=None).first_sample_tokens == 1024
+    for key, value in (("first_sample_tokens", 0), ("max_prompt_tokens", 1.5), ("first_sample_tokens", True)):
+        with pytest.raises(ValueError, match=f"edge_gec.{key}="):
+            GecConfig(**{key: value})

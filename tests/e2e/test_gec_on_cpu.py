@@ -49,6 +49,9 @@ def test_forced_branch_trains_the_corrected_responses(run_cpu_demo, trainer, bra
     assert metrics["edge_verl/gec/responses"] == 64
     for key in EDA_KEYS:
         assert f"edge_verl/edge_eda/{key}" in metrics
+    # the demo's EDGE runs EDA in the reference's form: the actor loss reports the entropy term's share
+    assert 0.0 < metrics["actor/edge_eda/entropy_grad_share"] < 1.0
+    assert metrics["edge_verl/adv/var"] == metrics["edge_verl/edge_eda/adv_var_after"]
     untouched = [row for row in dump if row not in corrected]
     assert all(row["score"] == 1.0 for row in untouched), "only correct responses may stay as sampled"
     trained_tokens = metrics["response_length/mean"] * 64
@@ -73,3 +76,30 @@ def test_forced_branch_trains_the_corrected_responses(run_cpu_demo, trainer, bra
         assert "edge_verl/gec/regenerate_became_correct" in metrics
         validation = _read_dump(out / "validation")
         assert len(validation) == 32 and not any("Wait!" in row["output"] for row in validation)
+
+
+def test_a_response_truncated_at_its_cap_is_regenerated_with_the_full_continuation(run_cpu_demo):
+    # First samples capped at 4 tokens (the tiny model's answers are ~10: every one is cut, none correct),
+    # continuation budget 6: every regeneration may continue for all 6 tokens (it stops earlier only at EOS,
+    # as in the reference), so a trained response is 4 sampled + 31 phrase + at most 6 continued tokens.
+    first, budget, phrase = 4, 6, len(REFLECTION_PHRASE.encode())
+
+    def overrides(out):
+        return [
+            "+algorithm.edge_gec.probabilities=[1,0,0]",
+            f"algorithm.edge_gec.first_sample_tokens={first}",  # the demo sets both: no "+"
+            f"algorithm.edge_gec.continuation_tokens={budget}",
+            f"trainer.rollout_data_dir={out / 'rollouts'}",
+        ]
+
+    out, rows = run_cpu_demo("gec_full_continuation", overrides=overrides, algorithm="edge", steps=1)
+    metrics = rows[-1]
+    assert metrics["edge_verl/gec/corrected_regenerate"] == 64
+    assert metrics["edge_verl/gec/continuation_cut"] == 0  # every regeneration had its whole budget
+    assert metrics["edge_verl/gec/continuation_tokens_max"] == budget
+    assert first + phrase < metrics["response_length/mean"] <= first + phrase + budget
+    dump = _read_dump(out / "rollouts")
+    assert len(dump) == 64
+    for row in dump:  # decoded text: one character per byte token at most (EOS and partial UTF-8 differ)
+        sampled, found, continued = row["output"].partition(REFLECTION_PHRASE)
+        assert found and 0 < len(sampled) <= first and len(continued) <= budget, row["output"]

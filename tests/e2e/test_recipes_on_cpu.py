@@ -17,13 +17,15 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 @pytest.mark.parametrize(
-    "recipe, algorithm, response_length, metric",
+    "recipe, algorithm, metrics",
     [
-        ("run_edge_qwen2.5-math-1.5b_fsdp.sh", "edge", 128, "edge_verl/gec/responses"),
-        ("run_gepo_qwen7b.sh", "gepo", 16, "edge_verl/gepo/h_low"),
+        # EDGE-GRPO with EDA's gradient form (the recipe's default) and GEC's budget: 16-token first samples
+        # (the demo's), corrections up to 64 more tokens; response_length derived by the recipe (16 + 64 + 32).
+        ("run_edge_qwen2.5-math-1.5b_fsdp.sh", "edge", ("edge_verl/gec/responses", "actor/edge_eda/entropy_grad_share")),
+        ("run_gepo_qwen7b.sh", "gepo", ("edge_verl/gepo/h_low",)),
     ],
 )
-def test_fsdp_recipe_runs_a_step_on_cpu(tmp_path, recipe, algorithm, response_length, metric):
+def test_fsdp_recipe_runs_a_step_on_cpu(tmp_path, recipe, algorithm, metrics):
     inputs = prepare_inputs(DemoConfig(algorithm=algorithm, out=tmp_path))
     log_path = tmp_path / "metrics_raw.jsonl"
     env = {
@@ -38,7 +40,8 @@ def test_fsdp_recipe_runs_a_step_on_cpu(tmp_path, recipe, algorithm, response_le
         "ROLLOUT_N": "4",
         "MICRO_BATCH_SIZE": "16",
         "MAX_PROMPT_LENGTH": "64",
-        "MAX_RESPONSE_LENGTH": str(response_length),
+        "MAX_SAMPLE_LENGTH": "16",
+        "GEC_CONTINUATION_TOKENS": "64",
         "TOTAL_STEPS": "1",
         "VAL_BEFORE_TRAIN": "False",
         "TEST_FREQ": "-1",
@@ -51,4 +54,5 @@ def test_fsdp_recipe_runs_a_step_on_cpu(tmp_path, recipe, algorithm, response_le
     )
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-3000:]
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    assert any(metric in record["data"] for record in records)
+    for metric in metrics:
+        assert any(metric in record["data"] for record in records), metric

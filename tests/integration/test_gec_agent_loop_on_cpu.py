@@ -80,3 +80,99 @@ def test_a_gec_row_in_a_run_without_the_switch_is_refused(tmp_path):
 
     with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
         _make_loop(_loop_config(enable=False), build_tokenizer(tmp_path))
+
+
+# --- the correction budget: the first sample's own cap, the continuation beyond it, the prompt gate ----------
+
+
+class _Server:
+    """Stands in for verl's rollout server: records each request, answers with ``max_tokens`` copies of a
+    non-EOS byte (a response truncated at its cap: the long failures GEC's regenerate branch targets)."""
+
+    def __init__(self, response_length):
+        self.requests = []
+        self.response_length = response_length  # verl's servers' max_tokens when the request sets none
+
+    async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.requests.append((list(prompt_ids), dict(sampling_params)))
+        return TokenOutput(token_ids=[ord("x")] * int(sampling_params.get("max_tokens", self.response_length)), log_probs=None)
+
+
+def _budget_loop(tmp_path, response_length, **gec):
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from edge_verl.demo.tiny import build_tokenizer
+    from edge_verl.integration.gec_agent_loop import GecAgentLoop
+
+    config = _loop_config()
+    config.actor_rollout_ref.rollout.response_length = response_length
+    config.actor_rollout_ref.rollout.prompt_length = 64
+    config.algorithm.edge_gec.update({"force_regenerate": True, "continuation_tokens": 12, **gec})
+    server = _Server(response_length)
+    asyncio.set_event_loop(asyncio.new_event_loop())  # verl's loop binds the event loop it is built in
+    loop = GecAgentLoop(
+        trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=build_tokenizer(tmp_path),
+        processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data),
+    )
+    return loop, server
+
+
+def _run(loop):
+    sample = {
+        "raw_prompt": [{"role": "user", "content": "1+1?"}],
+        "uid": "u0",
+        "session_id": 0,
+        "reward_model": {"ground_truth": "2"},
+        "extra_info": {"answer": "2"},
+        "data_source": "demo",
+    }
+    event_loop = asyncio.get_event_loop()
+    try:
+        return event_loop.run_until_complete(loop.run({"temperature": 1.0}, **sample))
+    finally:
+        event_loop.close()
+        asyncio.set_event_loop(None)
+
+
+def test_a_response_truncated_at_its_cap_gets_the_full_continuation(tmp_path):
+    # response_length 60 = first sample 16 + phrase (31 bytes of " Wait! Something is wrong here.") + 12 + 1 spare.
+    loop, server = _budget_loop(tmp_path, 60, first_sample_tokens=16)
+    output = _run(loop)
+    (_, first), (continuation_prompt, second) = server.requests
+    assert first["max_tokens"] == 16 and second["max_tokens"] == 12
+    phrase = list(" Wait! Something is wrong here.".encode())
+    info = output.extra_fields["edge_verl_gec"]
+    assert output.response_ids == [ord("x")] * 16 + loop._encode(" Wait! Something is wrong here.") + [ord("x")] * 12
+    assert len(phrase) == 31 and len(output.response_ids) == 16 + 31 + 12
+    assert (info["continuation_tokens"], info["continuation_budget"], info["continuation_requested"]) == (12, 12, 12)
+    assert (info["injected_start"], info["injected_end"]) == (16, 47)
+
+
+def test_without_a_first_sample_cap_the_correction_is_cut_to_fit(tmp_path):
+    # The deviation kept by default: the first sample fills response_length (40), so the body is cut to make
+    # room for the phrase and 1 continuation token: 40 = 8 + 31 + 1.
+    loop, server = _budget_loop(tmp_path, 40)
+    output = _run(loop)
+    (_, first), (_, second) = server.requests
+    assert "max_tokens" not in first and second["max_tokens"] == 1
+    info = output.extra_fields["edge_verl_gec"]
+    assert len(output.response_ids) == 40 and (info["continuation_budget"], info["continuation_requested"]) == (1, 12)
+
+
+def test_prompts_at_or_over_the_gate_are_left_as_sampled(tmp_path):
+    loop, server = _budget_loop(tmp_path, 60, first_sample_tokens=16, max_prompt_tokens=8)
+    output = _run(loop)
+    info = output.extra_fields["edge_verl_gec"]
+    assert len(server.requests) == 1 and info["branch"] is None and info["reason"] == "prompt_too_long"
+    assert info["prompt_length"] >= 8 and output.response_ids == [ord("x")] * 16
+
+
+def test_a_first_sample_cap_without_room_for_the_correction_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="raise response_length to at least 59"):
+        _budget_loop(tmp_path, 58, first_sample_tokens=16)
+    config = _config(response_length=200)
+    config.algorithm.edge_gec.update({"first_sample_tokens": 190, "continuation_tokens": 20})
+    with pytest.raises(ValueError, match="first_sample_tokens=190"):
+        check_gec_supported(config)

@@ -37,7 +37,27 @@ def test_there_are_recipes_for_both_backends():
     assert any("megatron" in name for name in names) and any("fsdp" in name for name in names)
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[recipe.stem for recipe in RECIPES])
+PPO_RECIPES = [recipe for recipe in RECIPES if "METHOD=sft " not in recipe.read_text()]
+SFT_RECIPES = [recipe for recipe in RECIPES if recipe not in PPO_RECIPES]
+# Methods that correct responses (GEC) and methods that run EDA, as recipes/lib/common.sh defines them.
+GEC_METHODS = {"edge", "gec", "forcer", "forcer_eda"}
+EDA_METHODS = {"edge", "eda", "forcer_eda"}
+
+
+def recipe_method(recipe: Path) -> str:
+    line = next(line for line in recipe.read_text().splitlines() if line.startswith("METHOD="))
+    return line.split()[0].split("=", 1)[1]
+
+
+def _compose(config_name, overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        config = compose(config_name=config_name, overrides=overrides)
+    GlobalHydra.instance().clear()
+    return config
+
+
+@pytest.mark.parametrize("recipe", PPO_RECIPES, ids=[recipe.stem for recipe in PPO_RECIPES])
 def test_recipe_composes_against_verl_and_validates(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
@@ -48,21 +68,54 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     for override in overrides:
         assert not override.startswith(IGNORED_KEYS), f"{recipe.name}: {override} is ignored by verl 0.9.1"
         assert override not in REMOVED_VALUES, f"{recipe.name}: {override} was removed from verl"
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        config = compose(config_name=config_name, overrides=overrides)
-    GlobalHydra.instance().clear()
+    config = _compose(config_name, overrides)
     assert config.actor_rollout_ref.actor.strategy == ("megatron" if "megatron" in recipe.name else "fsdp2")
     assert config.reward.custom_reward_function.path == "pkg://edge_verl.reward"
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.actor_rollout_ref.actor.optim)
     run = check_run_config(config)
-    assert run.gec_enabled == ("edge_" in recipe.name), "EDGE recipes switch GEC on, the others leave it off"
+    method = recipe_method(recipe)
+    assert run.gec_enabled == (method in GEC_METHODS), "GEC methods switch GEC on, the others leave it off"
+    assert run.entropy_gradient == (method in EDA_METHODS), "EDA recipes use the reference's gradient form"
+    if run.gec_enabled:  # the first sample keeps the paper's 1024; corrections get their full 256 beyond it
+        assert (run.gec.first_sample_tokens, run.gec.continuation_tokens) == (1024, 256)
+        assert config.actor_rollout_ref.rollout.response_length >= 1024 + 256 + 31
+    else:
+        assert config.actor_rollout_ref.rollout.response_length == 1024
+
+
+def test_gepo_ablation_recipes_run_each_ablation_and_only_it():
+    from edge_verl.integration.trainer_hooks import check_run_config
+
+    expected = {
+        "gepo_no_high": ("no_high_entropy_control", 0.5, 1.0),
+        "gepo_no_low": ("no_low_entropy_control", 1.0, 0.2),
+        "gepo_symmetric": ("symmetric", 0.5, 0.5),
+    }
+    recipes = {recipe_method(recipe): recipe for recipe in PPO_RECIPES if recipe_method(recipe) in expected}
+    assert set(recipes) == set(expected)
+    for method, recipe in recipes.items():
+        options = check_run_config(_compose(*recipe_overrides(recipe))).options
+        assert (options.ablation, options.alpha_low, options.alpha_high) == expected[method]
+
+
+@pytest.mark.parametrize("recipe", SFT_RECIPES, ids=[recipe.stem for recipe in SFT_RECIPES])
+def test_sft_recipe_composes_against_verls_sft_trainer(recipe):
+    from verl.utils.config import omega_conf_to_dataclass
+
+    config_name, overrides = recipe_overrides(recipe)
+    assert config_name == "sft_trainer_engine"
+    config = _compose(config_name, overrides)
+    assert config.data.train_files.endswith("sft_hard_1k.parquet") and config.data.messages_key == "messages"
+    assert "hf_model" in config.checkpoint.save_contents  # scripts/evaluate.py reads the HF weights
+    assert config.model.path == "Qwen/Qwen2.5-Math-7B"  # (its typed config would fetch the model's config.json)
+    for section in (config.optim, config.engine):
+        omega_conf_to_dataclass(section)
 
 
 def test_user_overrides_come_last_and_win():
-    _, overrides = recipe_overrides(RECIPES[0], LR="3e-6")
+    _, overrides = recipe_overrides(PPO_RECIPES[0], LR="3e-6")
     assert "actor_rollout_ref.actor.optim.lr=3e-6" in overrides
     environment = {**os.environ, "DRY_RUN": "1"}
     lines = subprocess.run(

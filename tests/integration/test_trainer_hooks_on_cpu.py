@@ -67,6 +67,13 @@ class _RecordingTQ:
 _BATCH = SimpleNamespace(keys=["k0"], tags=[{}], partition_id="train")
 
 
+class _Fetched(dict):
+    """What tq.kv_batch_get returns, as far as the hooks read it."""
+
+    def to_padded_tensor(self):
+        return self
+
+
 # --- a plain verl run is untouched -------------------------------------------------------------------------
 
 
@@ -104,7 +111,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
 
         def kv_batch_get(self, **kwargs):
             self.calls.append(kwargs["select_fields"])
-            return SimpleNamespace(to_padded_tensor=lambda: {"entropy": torch.ones(1, 3)})
+            return _Fetched({"entropy": torch.ones(1, 3), "response_mask": torch.ones(1, 3)})
 
     tq = TQ()
     trainer = _trainer(_config("edge_eda"))
@@ -325,3 +332,68 @@ def test_legacy_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcom
     run.grader_metrics = False  # another reward function: nothing
     with active_run(run):
         assert compute_data_metrics(batch=batch, use_critic=False) == {"verl/own": 1.0}
+
+
+# --- EDA's gradient form: the loss columns reach the actor's batch, and a missing loss hook is caught ----------
+
+
+def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_extra_info():
+    from tensordict import TensorDict
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    nested_mask = torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
+
+    class TQ:
+        puts = []
+
+        def kv_batch_get(self, **kwargs):
+            return _Fetched({"entropy": torch.full((2, 3), 0.5), "response_mask": nested_mask})
+
+        def kv_batch_put(self, keys, partition_id, fields):
+            self.puts.append((keys, partition_id, fields))
+            return SimpleNamespace(keys=keys, partition_id=partition_id, extra_info={})
+
+    def original(self, batch, metrics):
+        from edge_verl.integration.run import current_step
+
+        step = current_step()
+        step.loss_columns = {names.EDA_GROUP_ENTROPY_COLUMN: 0.7 * mask, names.EDA_RATIO_COLUMN: 1.3 * mask}
+        step.loss_options = {names.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
+        return batch
+
+    tq = TQ()
+    batch = SimpleNamespace(keys=["k0", "k1"], tags=[{}, {}], partition_id="train", extra_info={"temperature": 1.0})
+    trainer = _trainer(_config("edge_eda"))
+    result = trainer_hooks._make_v1_compute_advantage(original, tq)(trainer, batch, {})
+    ((keys, partition, fields),) = tq.puts
+    assert keys == ["k0", "k1"] and partition == "train" and isinstance(fields, TensorDict)
+    column = fields[names.EDA_GROUP_ENTROPY_COLUMN]
+    assert column.is_nested  # laid on each row's response length, as verl stores the advantages
+    first, second = column.unbind()
+    torch.testing.assert_close(first, torch.tensor([0.7, 0.7]))
+    torch.testing.assert_close(second, torch.tensor([0.7, 0.7, 0.7]))
+    assert result.extra_info == {"temperature": 1.0, names.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
+
+
+def test_an_update_without_the_loss_hooks_metric_stops_a_gradient_form_run():
+    config = _config("edge_eda")
+    config.algorithm.edge_eda = {"entropy_gradient": True}
+    trainer = _trainer(config)
+    config.actor_rollout_ref.actor = {"calculate_entropy": True}
+    update = trainer_hooks._make_v1_update_actor(lambda self, batch, metrics: batch)
+    with pytest.raises(RuntimeError, match="did not run in the actor workers"):
+        update(trainer, _BATCH, {"actor/pg_loss": 0.1})
+    metrics = {"actor/edge_eda/loss_scale_mean": 1.0}
+    assert update(trainer, _BATCH, metrics) is _BATCH
+    detached = _trainer(_config("edge_eda"))  # the detached form has nothing in the loss to check
+    assert update(detached, _BATCH, {}) is _BATCH
+
+
+def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_first_rollout():
+    config = _config("edge_eda")
+    config.algorithm.edge_eda = {"entropy_gradient": True}
+    config.actor_rollout_ref.actor = {"calculate_entropy": False, "entropy_coeff": 0.0}
+    with pytest.raises(ValueError, match="calculate_entropy=True"):
+        trainer_hooks.check_run_config(config)
+    config.actor_rollout_ref.actor.calculate_entropy = True
+    assert trainer_hooks.check_run_config(config).entropy_gradient
