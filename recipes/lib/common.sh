@@ -41,14 +41,29 @@ MINI_BATCH_SIZE=${MINI_BATCH_SIZE:-$TRAIN_BATCH_SIZE}
 MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}        # per GPU
 ROLLOUT_N=${ROLLOUT_N:-8}                      # responses per prompt (G)
 MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
-MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}     # tokens a sampled response may use (paper: 1024)
 # GEC's correction grows past the sample, as in the reference: the phrase plus up to 256 more tokens. GEC
 # methods cap the first sample at MAX_SAMPLE_LENGTH (edge_gec.first_sample_tokens) and size the response
-# to fit (32 tokens of room for the phrase); validation responses may then use that length too.
+# to fit (32 tokens of room for the phrase); validation responses may then use that length too. Setting
+# only MAX_RESPONSE_LENGTH for a GEC method keeps that total and gives the first sample what is left.
 GEC_CONTINUATION_TOKENS=${GEC_CONTINUATION_TOKENS:-256}
+GEC_ROOM_TOKENS=$((GEC_CONTINUATION_TOKENS + 32))
 case "$METHOD" in
-    edge | gec | forcer | forcer_eda) MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$((MAX_SAMPLE_LENGTH + GEC_CONTINUATION_TOKENS + 32))} ;;
-    *) MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$MAX_SAMPLE_LENGTH} ;;
+    edge | gec | forcer | forcer_eda)
+        if [ -z "${MAX_SAMPLE_LENGTH:-}" ] && [ -n "${MAX_RESPONSE_LENGTH:-}" ]; then
+            MAX_SAMPLE_LENGTH=$((MAX_RESPONSE_LENGTH - GEC_ROOM_TOKENS))
+            if [ "$MAX_SAMPLE_LENGTH" -lt 1 ]; then
+                echo "recipe error: MAX_RESPONSE_LENGTH=$MAX_RESPONSE_LENGTH leaves no room for a first sample next to GEC's" \
+                    "correction ($GEC_ROOM_TOKENS tokens): set MAX_SAMPLE_LENGTH and GEC_CONTINUATION_TOKENS instead" >&2
+                exit 2
+            fi
+        fi
+        MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}  # tokens a sampled response may use (paper: 1024)
+        MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$((MAX_SAMPLE_LENGTH + GEC_ROOM_TOKENS))}
+        ;;
+    *)
+        MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}
+        MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$MAX_SAMPLE_LENGTH}
+        ;;
 esac
 # EDA's form: True = the reference's gradient through the current entropy in the actor loss (needs the
 # entropy computed in the update); False = the detached advantage.

@@ -47,7 +47,9 @@ def reproduced(tmp_path_factory):
         "ROLLOUT_N": "4",
         "MICRO_BATCH_SIZE": "16",
         "MAX_PROMPT_LENGTH": "64",
-        "MAX_RESPONSE_LENGTH": "128",
+        # the demo's lengths: 16-token samples; EDGE's corrections up to 64 tokens beyond (response 112)
+        "MAX_SAMPLE_LENGTH": "16",
+        "GEC_CONTINUATION_TOKENS": "64",
         "TEMPERATURE": "1.0",
         "LR": "1e-3",
         "TOTAL_STEPS": "2",
