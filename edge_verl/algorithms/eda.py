@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import grpo_advantages, group_sum, masked_row_sum
+from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ class EdaResult:
     """advantages (B, T); outcome_advantages (B,) = GRPO A_i; eda_outcome_advantages (B,) = A_i / P_hat_i;
     response_entropy (B,) = P_i; entropy_ratio (B,) = P_hat_i; has_tokens (B,) real rows with tokens;
     group_entropy (B,) = the detached normaliser mean_{j in g} P_j of each row whose P_hat follows its
-    entropy (0 for rows left unscaled: no tokens, padding, groups at or below entropy_epsilon)."""
+    entropy (0 for rows left unscaled: no tokens, padding, groups at or below entropy_epsilon);
+    tied_group_frac (0-d) = the fraction of groups whose scores all tie (``group_stats.tied_group_fraction``)."""
 
     advantages: torch.Tensor
     outcome_advantages: torch.Tensor
@@ -49,6 +50,7 @@ class EdaResult:
     entropy_ratio: torch.Tensor
     has_tokens: torch.Tensor
     group_entropy: torch.Tensor
+    tied_group_frac: torch.Tensor
 
 
 def ratio_bounds(entropy_epsilon: float, ratio_clamp: tuple[float, float] | None) -> tuple[float, float]:
@@ -124,7 +126,7 @@ def compute_eda_advantages(
     real = valid.to(scores.device)
     lengths = response_mask.sum(dim=-1).to(torch.float32)
     has_tokens = (lengths > 0) & real
-    outcome = grpo_advantages(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)
+    outcome, tied = grpo_outcome(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)
     # Non-finite token entropies count as 0 (masked_row_sum); Eq. 3's masked mean.
     response_entropy = masked_row_sum(token_entropy, response_mask) / lengths.clamp(min=1.0)
     row_mean = group_entropy_mean(response_entropy, group_index, num_groups, has_tokens)
@@ -132,4 +134,4 @@ def compute_eda_advantages(
     ratio = _guarded_ratio(response_entropy, group_entropy, entropy_epsilon, ratio_clamp)
     eda_outcome = outcome / ratio
     advantages = eda_outcome[:, None] * response_mask.to(eda_outcome.dtype)
-    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens, group_entropy)
+    return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens, group_entropy, tied)

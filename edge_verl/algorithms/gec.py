@@ -121,7 +121,9 @@ def summarize_corrections(
     Counts per step: gec/responses, gec/corrected[_<branch>], gec/fallbacks, gec/not_fitting,
     gec/prompt_too_long (left uncorrected by the prompt-length gate), gec/regenerate_became_correct,
     gec/all_wrong_groups, gec/groups_rescued, gec/continuation_cut (regenerations whose continuation room was
-    below the configured budget); gec/continuation_tokens_{mean,min,max} over the step's regenerations.
+    below the configured budget); gec/continuation_tokens_{mean,min,max} over the step's regenerations;
+    gec/correction_time_share: of the loop's time in the rollout server (first samples + corrections, summed
+    over responses), the share spent on corrections (the regenerate branch's second call; edits are ~0).
 
     infos (B,): the agent loop's per-response records (None for rows not run by the GEC loop); final_scores
     (B,) reward of the final responses; response_mask (B, T); old_log_probs (B, T) optional. Returns
@@ -158,6 +160,10 @@ def summarize_corrections(
     for i in rows:
         groups.setdefault(str(uids[i]), []).append(i)
     all_wrong = [members for members in groups.values() if not any(infos[i].get("original_correct") for i in members)]
+    sampling = sum(float(infos[i].get("sample_seconds", 0.0)) for i in rows)
+    correcting = sum(float(infos[i].get("correction_seconds", 0.0)) for i in rows)
+    if sampling + correcting > 0:  # the corrections' share of the loop's generation time (summed per response)
+        metrics["gec/correction_time_share"] = correcting / (sampling + correcting)
     metrics["gec/all_wrong_groups"] = float(len(all_wrong))
     metrics["gec/groups_rescued"] = float(sum(any(bool(final_correct[i]) for i in members) for members in all_wrong))
     mask = torch.as_tensor(response_mask).bool()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, grpo_advantages, masked_row_sum
+from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 
@@ -134,7 +134,8 @@ def shape_advantages(
 
 @dataclass(frozen=True)
 class GepoResult:
-    """advantages (B, T); outcome/shaped (B,); group_entropy (P,); thresholds used; attenuation masks (B,)."""
+    """advantages (B, T); outcome/shaped (B,); group_entropy (P,); thresholds used; attenuation masks (B,);
+    tied_group_frac (0-d): the fraction of groups whose scores all tie."""
 
     advantages: torch.Tensor
     outcome_advantages: torch.Tensor
@@ -147,6 +148,7 @@ class GepoResult:
     candidate_high: float
     positive_attenuated: torch.Tensor
     negative_attenuated: torch.Tensor
+    tied_group_frac: torch.Tensor
 
 
 def compute_gepo_advantages(
@@ -177,7 +179,7 @@ def compute_gepo_advantages(
     "update_then_apply" (default) shapes with the thresholds after this step's EMA update,
     "apply_then_update" with the previous ones (the first step then seeds and applies).
     """
-    outcome_advantages = grpo_advantages(
+    outcome_advantages, tied = grpo_outcome(
         scores.to(torch.float32), group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=std_epsilon
     )
     group_entropy, group_valid = compute_group_entropy(
@@ -209,4 +211,5 @@ def compute_gepo_advantages(
         candidates[1],
         positive & valid,
         negative & valid,
+        tied,
     )

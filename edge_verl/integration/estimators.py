@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+import numpy as np
 import torch
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.algorithms.group_stats import group_index_from_uids, zero_variance_group_fraction
+from edge_verl.algorithms.group_stats import group_index_from_uids
 from edge_verl.config import EdaConfig, GepoConfig
 from edge_verl.integration import names
-from edge_verl.integration.run import AdvantageStep, TrainingRun, current_run, current_step, estimator_options, prefixed
+from edge_verl.integration.run import AdvantageStep, TrainingRun, current_run, current_step, estimator_options, norm_adv_by_std, prefixed
 
 # verl's names for the per-token inputs in a batch -> the plugin's names. verl calls the old policy's
 # entropy "entropys" in the legacy trainer and "entropy" in the v1 trainer.
@@ -52,43 +53,66 @@ def _token_input(name: str, step: Optional[AdvantageStep], batch: Optional[Mappi
 
 def _context(
     estimator: str, config: Any
-) -> tuple[Optional[AdvantageStep], Optional[TrainingRun], EdaConfig | GepoConfig]:
-    """The open step, the current run and its options for ``estimator``; outside a run, the options
-    parsed from ``config``."""
+) -> tuple[Optional[AdvantageStep], Optional[TrainingRun], EdaConfig | GepoConfig, bool]:
+    """The open step, the current run, its options for ``estimator`` and ``norm_adv_by_std_in_grpo``, all
+    parsed once per run; outside a run, parsed from ``config``."""
     step = current_step()
     run = step.run if step is not None else current_run()
     if run is not None and run.estimator == estimator:
-        return step, run, run.options
-    return step, None, estimator_options(config, estimator)
-
-
-def _norm_by_std(config: Any) -> bool:
-    return bool(config.get("norm_adv_by_std_in_grpo", True)) if hasattr(config, "get") else True
+        return step, run, run.options, run.norm_adv_by_std
+    return step, None, estimator_options(config, estimator), norm_adv_by_std(config)
 
 
 class _Batch:
-    """The common unpacking: uid groups and outcome scores on the rewards' device."""
+    """The common unpacking: uid groups (shared with the step's other metrics) and outcome scores on the
+    rewards' device."""
 
-    def __init__(self, estimator: str, token_level_rewards: torch.Tensor, index: Any):
+    def __init__(self, estimator: str, token_level_rewards: torch.Tensor, index: Any, step: Optional[AdvantageStep]):
         if index is None:
             raise KeyError(f"algorithm.adv_estimator={estimator} needs uid groups (index); verl passes them when the batch has 'uid'.")
-        group_index, self.num_groups, is_pad = group_index_from_uids(index)
+        group_index, self.num_groups, is_pad = step.grouping(index) if step is not None else group_index_from_uids(index)
         device = token_level_rewards.device
         self.group_index = group_index.to(device)
         self.valid = ~is_pad.to(device)
         self.scores = token_level_rewards.sum(dim=-1).to(torch.float32)
 
-    def common_metrics(self, before: torch.Tensor, after: torch.Tensor) -> dict[str, float]:
-        rows_before, rows_after = before[self.valid], after[self.valid]
+    def common_metrics(self, before: np.ndarray, after: np.ndarray, valid: np.ndarray, tied_group_frac: float) -> dict[str, float]:
         return {
-            "zero_variance_group_frac": zero_variance_group_fraction(self.scores, self.group_index, self.num_groups, self.valid),
+            "zero_variance_group_frac": float(tied_group_frac),
             # unbiased (ddof = 1), as the EDGE-GRPO reference logs it and as edge_verl/adv/var
-            "adv_var_before": float(rows_before.var()) if rows_before.numel() >= 2 else 0.0,
-            "adv_var_after": float(rows_after.var()) if rows_after.numel() >= 2 else 0.0,
+            "adv_var_before": masked_variance(before, valid),
+            "adv_var_after": masked_variance(after, valid),
         }
 
 
-def _report(step: Optional[AdvantageStep], estimator: str, metrics: dict[str, float]) -> None:
+def on_host(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """The tensors, flattened, as float64 numpy arrays, with ONE device-to-host copy for all of them: the
+    step metrics are a few dozen reductions over (B,) vectors, cheaper in numpy than as small torch ops."""
+    sizes = [tensor.numel() for tensor in tensors]
+    flat = torch.cat([tensor.detach().reshape(-1).to(torch.float64) for tensor in tensors]).cpu().numpy()
+    return np.split(flat, np.cumsum(sizes)[:-1])
+
+
+def masked_variance(values: np.ndarray, rows: np.ndarray) -> float:
+    """Unbiased variance of ``values`` over ``rows`` (bool); 0 with fewer than 2 rows."""
+    picked = values[rows]
+    return float(picked.var(ddof=1)) if picked.size >= 2 else 0.0
+
+
+def masked_extreme(values: np.ndarray, rows: np.ndarray, largest: bool, empty: float) -> float:
+    """Max (``largest``) or min of ``values`` over ``rows``; ``empty`` when no row is selected."""
+    picked = values[rows]
+    if not picked.size:
+        return empty
+    return float(picked.max() if largest else picked.min())
+
+
+def masked_mean(values: np.ndarray, rows: np.ndarray, empty: float = 0.0) -> float:
+    picked = values[rows]
+    return float(picked.mean()) if picked.size else empty
+
+
+def _report(step: Optional[AdvantageStep], estimator: str, metrics: Mapping[str, float]) -> None:
     if step is not None:
         step.metrics.update(prefixed(metrics, estimator))
 
@@ -103,9 +127,9 @@ def compute_edge_eda_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``edge_eda``: EDGE-GRPO's Entropy-Driven Advantage (see edge_verl.algorithms.eda)."""
     estimator = names.EDA_ESTIMATOR
-    step, _, options = _context(estimator, config)
+    step, _, options, norm_by_std = _context(estimator, config)
     token_entropy = _token_input("entropy", step, batch, estimator, response_mask.shape)
-    data = _Batch(estimator, token_level_rewards, index)
+    data = _Batch(estimator, token_level_rewards, index, step)
     result = compute_eda_advantages(
         data.scores,
         token_entropy.to(token_level_rewards.device),
@@ -113,21 +137,24 @@ def compute_edge_eda_advantage(
         data.group_index,
         data.num_groups,
         data.valid,
-        norm_by_std=_norm_by_std(config),
+        norm_by_std=norm_by_std,
         std_epsilon=options.std_epsilon,
         entropy_epsilon=options.entropy_epsilon,
         ratio_clamp=options.ratio_clamp,
     )
     if step is not None:
-        real = result.has_tokens
-        ratios = result.entropy_ratio[real]
-        metrics = data.common_metrics(result.outcome_advantages, result.eda_outcome_advantages)
+        before, after, ratio, entropy, valid, real, tied = on_host(
+            result.outcome_advantages, result.eda_outcome_advantages, result.entropy_ratio, result.response_entropy,
+            data.valid, result.has_tokens, result.tied_group_frac,
+        )
+        valid, real = valid > 0, real > 0
+        metrics = data.common_metrics(before, after, valid, tied[0])
         metrics.update(
             {
-                "max_abs_adv": float(result.eda_outcome_advantages.abs().max()) if data.scores.numel() else 0.0,
-                "entropy_ratio_min": float(ratios.min()) if ratios.numel() else 1.0,
-                "entropy_ratio_max": float(ratios.max()) if ratios.numel() else 1.0,
-                "response_entropy_mean": float(result.response_entropy[real].mean()) if ratios.numel() else 0.0,
+                "max_abs_adv": masked_extreme(np.abs(after), valid, largest=True, empty=0.0),
+                "entropy_ratio_min": masked_extreme(ratio, real, largest=False, empty=1.0),
+                "entropy_ratio_max": masked_extreme(ratio, real, largest=True, empty=1.0),
+                "response_entropy_mean": masked_mean(entropy, real),
             }
         )
         _report(step, estimator, metrics)
@@ -174,11 +201,11 @@ def compute_gepo_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``gepo``: GEPO's entropy-conditioned asymmetric scaling (see edge_verl.algorithms.gepo)."""
     estimator = names.GEPO_ESTIMATOR
-    step, run, options = _context(estimator, config)
+    step, run, options, norm_by_std = _context(estimator, config)
     thresholds = _gepo_thresholds(run)
     source_name = "entropy" if options.group_entropy == "token_entropy" else "old_log_probs"
     source = _token_input(source_name, step, batch, estimator, response_mask.shape)
-    data = _Batch(estimator, token_level_rewards, index)
+    data = _Batch(estimator, token_level_rewards, index, step)
     # verl computes advantages for training batches only, so every call here updates the EMA once;
     # validation never reaches an estimator (tested end-to-end: num_updates == training steps).
     result = compute_gepo_advantages(
@@ -189,7 +216,7 @@ def compute_gepo_advantage(
         data.num_groups,
         data.valid,
         thresholds,
-        norm_by_std=_norm_by_std(config),
+        norm_by_std=norm_by_std,
         std_epsilon=options.std_epsilon,
         alpha_low=options.alpha_low,
         alpha_high=options.alpha_high,
@@ -199,21 +226,24 @@ def compute_gepo_advantage(
         order=options.ema_order,
     )
     if step is not None:
-        outcome, valid = result.outcome_advantages, data.valid
-        metrics = data.common_metrics(outcome, result.shaped_outcome_advantages)
-        entropies = result.group_entropy[result.group_valid]
-        positives, negatives = (outcome > 0) & valid, (outcome < 0) & valid
+        outcome, shaped, valid, positive, negative, group_entropy, group_valid, tied = on_host(
+            result.outcome_advantages, result.shaped_outcome_advantages, data.valid, result.positive_attenuated,
+            result.negative_attenuated, result.group_entropy, result.group_valid, result.tied_group_frac,
+        )
+        valid, group_valid = valid > 0, group_valid > 0
+        metrics = data.common_metrics(outcome, shaped, valid, tied[0])
+        entropies = group_entropy[group_valid]
         metrics.update(
             {
-                "group_entropy_mean": float(entropies.mean()) if entropies.numel() else 0.0,
-                "group_entropy_std": float(entropies.std(unbiased=False)) if entropies.numel() else 0.0,
+                "group_entropy_mean": float(entropies.mean()) if entropies.size else 0.0,
+                "group_entropy_std": float(entropies.std()) if entropies.size else 0.0,
                 "h_low": result.h_low,
                 "h_high": result.h_high,
                 "candidate_h_low": result.candidate_low,
                 "candidate_h_high": result.candidate_high,
                 "ema_updates": float(thresholds.num_updates),
-                "pos_attenuated_frac": float(result.positive_attenuated.sum() / positives.sum().clamp(min=1)),
-                "neg_attenuated_frac": float(result.negative_attenuated.sum() / negatives.sum().clamp(min=1)),
+                "pos_attenuated_frac": float(positive.sum() / max(1, ((outcome > 0) & valid).sum())),
+                "neg_attenuated_frac": float(negative.sum() / max(1, ((outcome < 0) & valid).sum())),
             }
         )
         _report(step, estimator, metrics)

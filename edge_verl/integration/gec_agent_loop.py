@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from uuid import uuid4
@@ -190,7 +191,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
         index = sample_index(kwargs)
         if self.gec.first_sample_tokens is not None:  # room left in response_length for the correction
             sampling_params = {**sampling_params, "max_tokens": self.gec.first_sample_tokens}
+        started = time.perf_counter()
         output = await super().run(sampling_params, **kwargs)
+        sample_seconds = time.perf_counter() - started
         correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
         group = [correct]
         if self.gec.scope == "all_wrong_groups":
@@ -221,9 +224,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
             "injected_end": 0,
             "all_wrong_group": not any(group),
             "prompt_length": len(output.prompt_ids),
+            "sample_seconds": sample_seconds,
+            "correction_seconds": 0.0,
         }
         if decision.branch is not None:
+            started = time.perf_counter()
             applied = await self._apply(decision.branch, output, sampling_params, answer, solution)
+            info["correction_seconds"] = time.perf_counter() - started
             if applied is None:
                 info.update(branch=None, reason="does_not_fit")
             else:

@@ -50,6 +50,11 @@ def bypass_mode_enabled(algorithm_config: Any) -> bool:
     return bool(config_section(algorithm_config, "rollout_correction").get("bypass_mode", False))
 
 
+def norm_adv_by_std(algorithm_config: Any) -> bool:
+    """verl's ``algorithm.norm_adv_by_std_in_grpo`` (default True), honoured by both estimators."""
+    return bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)) if hasattr(algorithm_config, "get") else True
+
+
 def estimator_options(algorithm_config: Any, estimator: str) -> EdaConfig | GepoConfig:
     """The validated options of one of the plugin's estimators from ``algorithm.<estimator>``."""
     if bypass_mode_enabled(algorithm_config):
@@ -81,6 +86,7 @@ class TrainingRun:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     thresholds: Optional[GepoThresholds] = None
     grader_metrics: bool = False  # the run's reward is edge_verl's: log edge_verl/grader/* (set from verl's config)
+    norm_adv_by_std: bool = True  # verl's algorithm.norm_adv_by_std_in_grpo
     pending_metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -90,7 +96,14 @@ class TrainingRun:
         options = estimator_options(algorithm_config, estimator) if estimator in names.ESTIMATORS else None
         thresholds = GepoThresholds(gamma=options.gamma, init=options.ema_init) if isinstance(options, GepoConfig) else None
         metrics = MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION))
-        return cls(estimator=estimator, options=options, gec=gec_options(algorithm_config), metrics=metrics, thresholds=thresholds)
+        return cls(
+            estimator=estimator,
+            options=options,
+            gec=gec_options(algorithm_config),
+            metrics=metrics,
+            thresholds=thresholds,
+            norm_adv_by_std=norm_adv_by_std(algorithm_config),
+        )
 
     @property
     def uses_plugin_estimator(self) -> bool:
@@ -148,6 +161,17 @@ class AdvantageStep:
     loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
     loss_options: dict[str, Any] = field(default_factory=dict)
     response_mask: Optional[torch.Tensor] = None
+    _groupings: dict[int, tuple[Any, tuple]] = field(default_factory=dict, repr=False)
+
+    def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``group_index_from_uids(uids)``, computed once per uid array in this step: the estimator and the
+        step's advantage statistics share it (verl hands both the same ``uid`` array)."""
+        from edge_verl.algorithms.group_stats import group_index_from_uids
+
+        cached = self._groupings.get(id(uids))
+        if cached is None or cached[0] is not uids:
+            cached = self._groupings[id(uids)] = (uids, group_index_from_uids(uids))
+        return cached[1]
 
 
 _CURRENT_RUN: ContextVar[Optional[TrainingRun]] = ContextVar("edge_verl_run", default=None)

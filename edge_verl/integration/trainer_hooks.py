@@ -222,12 +222,12 @@ def _make_fit(original: Callable) -> Callable:
 # --- the advantage step (both trainers) --------------------------------------------------------------------
 
 
-def advantage_metrics(data: Any) -> dict[str, float]:
-    """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator)."""
-    from edge_verl.algorithms.group_stats import advantage_statistics, group_index_from_uids
+def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
+    """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator; the step's uid grouping)."""
+    from edge_verl.algorithms.group_stats import advantage_statistics
 
     batch = data.batch
-    group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
+    group_index, num_groups, is_pad = step.grouping(data.non_tensor_batch["uid"])
     advantages = batch["advantages"]
     scores = batch["token_level_rewards"].sum(dim=-1).to(torch.float32)
     device = advantages.device
@@ -252,7 +252,7 @@ def _make_compute_advantage(original: Callable) -> Callable:
         with advantage_step(**inputs) as step:
             data = original(data, adv_estimator, *args, **kwargs)
             if with_stats:
-                step.metrics.update(advantage_metrics(data))
+                step.metrics.update(advantage_metrics(data, step))
         if outermost:  # legacy trainer: the batch goes on to the actor as it is
             for key, column in step.loss_columns.items():
                 data.batch[key] = column.to(data.batch["advantages"].dtype)

@@ -169,3 +169,13 @@ def test_budget_options_are_validated():
     for key, value in (("first_sample_tokens", 0), ("max_prompt_tokens", 1.5), ("first_sample_tokens", True)):
         with pytest.raises(ValueError, match=f"edge_gec.{key}="):
             GecConfig(**{key: value})
+
+
+def test_correction_time_share_hand_computed():
+    # sampling 1.0 + 3.0 s, correcting 1.0 s (one regeneration) -> 1 / (4 + 1) = 0.2
+    infos = [
+        {"branch": REGENERATE, "reason": "corrected", "sample_seconds": 1.0, "correction_seconds": 1.0},
+        {"branch": None, "reason": "correct", "original_correct": True, "sample_seconds": 3.0, "correction_seconds": 0.0},
+    ]
+    metrics = summarize_corrections(infos, [0.0, 1.0], ["a", "a"], torch.ones(2, 3))
+    assert metrics["gec/correction_time_share"] == pytest.approx(0.2)

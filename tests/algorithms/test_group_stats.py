@@ -56,7 +56,9 @@ def test_response_valid_excludes_padding_and_empty_rows():
     assert response_valid(mask, torch.tensor([False, False, True])).tolist() == [True, False, False]
 
 
-@pytest.mark.parametrize("shape", [(64, 33), (1100, 4000)], ids=["multiply_sum_path", "fused_dot_path"])
+# (1100, 4000) takes the blocked CPU path (> 2^20 elements) with a last block of 1100 % 65 rows;
+# (3, 2^19) blocks of one row each (a row longer than a block).
+@pytest.mark.parametrize("shape", [(64, 33), (1100, 4000), (3, 1 << 19)], ids=["multiply_sum_path", "blocked_path", "row_per_block"])
 def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
     from edge_verl.algorithms.group_stats import masked_row_sum
 
@@ -64,6 +66,7 @@ def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
     values = torch.rand(shape, generator=generator)
     mask = (torch.rand(shape, generator=generator) < 0.6).float()
     values[0, 0], values[1, 1], values[2, 2] = float("nan"), float("inf"), float("-inf")
+    values[-1, -1] = float("nan")  # the last block too
     mask[2, 2] = 0  # a masked -inf must not poison its row either
     expected = (torch.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0) * mask).sum(dim=-1)
     torch.testing.assert_close(masked_row_sum(values, mask), expected, rtol=1e-5, atol=1e-3)
@@ -94,3 +97,28 @@ def test_advantage_statistics_of_one_response_or_non_finite_values_are_finite():
 
     one = advantage_statistics(torch.ones(1, 4), torch.ones(1, 4), torch.ones(1), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
     assert one == {"var": 0.0, "zero_variance_group_frac": 0.0}
+
+
+def test_group_index_matches_a_first_appearance_reference_for_any_uid_type():
+    rng = np.random.default_rng(0)
+    for uids in (
+        np.array([f"u{i}" for i in rng.integers(0, 50, 500)], dtype=object),
+        rng.integers(0, 7, 100),  # integer uids are grouped by their string form
+        np.array([], dtype=object),
+    ):
+        seen = {}
+        reference = [seen.setdefault(str(uid), len(seen)) for uid in uids]
+        group_index, num_groups, is_pad = group_index_from_uids(uids)
+        assert group_index.tolist() == reference and num_groups == len(seen)
+        assert is_pad.tolist() == [str(uid).startswith("pad") for uid in uids]
+
+
+def test_tied_group_fraction_hand_computed():
+    # groups: (1, 1) tied, (0, 1) mixed, (1,) single (not counted), (0, 0, 0) tied -> 2 of 3 multi groups
+    from edge_verl.algorithms.group_stats import group_mean_std, tied_group_fraction
+
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    group_index = torch.tensor([0, 0, 1, 1, 2, 3, 3, 3])
+    _, std, count = group_mean_std(scores, group_index, 4, torch.ones(8, dtype=torch.bool))
+    assert float(tied_group_fraction(std, count)) == pytest.approx(2 / 3)
+    assert float(tied_group_fraction(torch.ones(1), torch.ones(1))) == 0.0  # no group of 2+

@@ -142,3 +142,51 @@ def test_grpo_is_left_to_verl():
     with _in_run(_config(), "grpo") as run:
         out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
     assert "advantages" in out.batch.keys() and run.pending_metrics == {}
+
+
+@pytest.mark.parametrize("estimator", ["edge_eda", "gepo"])
+def test_step_metrics_equal_slow_references(estimator):
+    # The metrics are computed without host syncs (masked reductions, one copy at the end); here each is
+    # recomputed the slow way (boolean indexing, torch.var) on a batch with padding rows and a tied group.
+    from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+    from edge_verl.algorithms.group_stats import zero_variance_group_fraction
+
+    data = _data(seed=3, pad_rows=2)
+    data.batch["token_level_rewards"][:4] = 0.0  # group uid0: all wrong
+    config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2}) if estimator == "gepo" else _config()
+    with _in_run(config, estimator) as run:
+        ray_trainer.compute_advantage(data, adv_estimator=estimator, config=config)
+    metrics = {key.rsplit("/", 1)[1]: value for key, value in run.pending_metrics.items() if f"/{estimator}/" in key}
+    scores = data.batch["token_level_rewards"].sum(-1)
+    group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
+    valid, mask = ~is_pad, data.batch["response_mask"]
+    if estimator == "edge_eda":
+        result = compute_eda_advantages(scores, data.batch["entropys"], mask, group_index, num_groups, valid)
+        before, after = result.outcome_advantages, result.eda_outcome_advantages
+        real = result.has_tokens
+        expected = {
+            "max_abs_adv": float(after[valid].abs().max()),
+            "entropy_ratio_min": float(result.entropy_ratio[real].min()),
+            "entropy_ratio_max": float(result.entropy_ratio[real].max()),
+            "response_entropy_mean": float(result.response_entropy[real].mean()),
+        }
+    else:
+        result = compute_gepo_advantages(
+            scores, data.batch["old_log_probs"], mask, group_index, num_groups, valid, GepoThresholds(gamma=0.01)
+        )
+        before, after = result.outcome_advantages, result.shaped_outcome_advantages
+        entropies = result.group_entropy[result.group_valid]
+        expected = {
+            "group_entropy_mean": float(entropies.mean()),
+            "group_entropy_std": float(entropies.std(unbiased=False)),
+            "pos_attenuated_frac": float(result.positive_attenuated.sum() / ((before > 0) & valid).sum()),
+            "neg_attenuated_frac": float(result.negative_attenuated.sum() / ((before < 0) & valid).sum()),
+            "h_low": result.h_low,
+            "h_high": result.h_high,
+        }
+    expected["zero_variance_group_frac"] = zero_variance_group_fraction(scores, group_index, num_groups, valid)
+    expected["adv_var_before"] = float(before[valid].var())
+    expected["adv_var_after"] = float(after[valid].var())
+    assert expected["zero_variance_group_frac"] >= 0.25  # uid0 at least
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
