@@ -283,7 +283,8 @@ def summarise(rows: list[dict], window: int = 5) -> str:
 
     lines = [f"{'metric':<14}{'first ' + str(window):>12}{'last ' + str(window):>12}"]
     for key, label in SUMMARY_KEYS:
-        lines.append(f"{label:<14}{mean(head, key):>12.4f}{mean(tail, key):>12.4f}")
+        if any(key in row for row in rows):  # e.g. EDA's entropy-term share only in EDA's gradient form
+            lines.append(f"{label:<14}{mean(head, key):>12.4f}{mean(tail, key):>12.4f}")
     return "\n".join(lines)
 
 

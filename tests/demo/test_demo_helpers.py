@@ -52,6 +52,7 @@ def test_summary_compares_first_and_last_steps():
     rows = [{"step": i, "critic/score/mean": 0.1 * i} for i in range(1, 11)]
     table = summarise(rows)
     assert "reward" in table and "0.3000" in table and "0.8000" in table
+    assert "EDA H share" not in table  # a metric no step logged gets no row
 
 
 def test_failure_lines_keep_exception_messages_once():
