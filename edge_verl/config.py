@@ -184,7 +184,8 @@ class GecConfig:
     first_sample_tokens: the first sample's own cap (the loop passes it as max_tokens), so that a correction
         can grow past it: the reference samples up to 1024 tokens, then appends the phrase and up to 256 more.
         The recipes set 1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the
-        phrase; checked against the tokenizer before the first rollout). None (default) = the first sample
+        phrase; the fit is checked before the first rollout, and with the phrase's token count when the
+        loop starts). None (default) = the first sample
         may use all of rollout.response_length and corrections are cut to fit in it, so a response truncated
         at the cap gets almost no continuation: a deviation kept because the default cannot know the
         run's lengths (1024 would not fit most response_length settings).

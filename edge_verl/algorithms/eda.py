@@ -96,9 +96,8 @@ def entropy_gradient_scale(
     with P_hat_i(theta) = P_i(theta) / group_entropy_i under the same guards as the advantage step; s = 1
     (value) wherever theta = theta_old, and the gradient flows through P_i(theta) only.
     """
-    active = group_entropy > entropy_epsilon
-    current = _guarded_ratio(response_entropy, torch.where(active, group_entropy, torch.zeros_like(group_entropy)), entropy_epsilon, ratio_clamp)
-    old = torch.where(active, entropy_ratio.to(current.dtype), torch.ones_like(current))
+    current = _guarded_ratio(response_entropy, group_entropy, entropy_epsilon, ratio_clamp)  # 1 on unscaled rows
+    old = torch.where(group_entropy > entropy_epsilon, entropy_ratio.to(current.dtype), torch.ones_like(current))
     return old / current
 
 

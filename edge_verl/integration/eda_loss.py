@@ -5,8 +5,8 @@ In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers)
 update asks for it (``actor_rollout_ref.actor.calculate_entropy=True``). With
 ``algorithm.edge_eda.entropy_gradient=True`` the ``edge_eda`` estimator writes two per-token columns next
 to the advantages (``names.EDA_GROUP_ENTROPY_COLUMN``: the detached normaliser, the old policy's group
-mean entropy; ``names.EDA_RATIO_COLUMN``: the old P_hat) and the P_hat bounds (``names.EDA_BOUNDS_KEY``,
-batch-level). A batch carrying them is the only thing that switches the hook on; any other batch goes
+mean entropy; ``names.EDA_RATIO_COLUMN``: the old P_hat) and, batch-level, the guard options they were
+computed with (``names.EDA_OPTIONS_KEY``: entropy_epsilon, ratio_clamp). A batch carrying them is the only thing that switches the hook on; any other batch goes
 through verl's loss untouched.
 
 What the hook does, per micro-batch: P_i(theta) = masked mean of the current entropy over the response;
@@ -150,7 +150,6 @@ def _make_policy_loss(policy_loss_fn: Callable) -> Callable:
         state.metrics["loss_scale_mean"] = float(state.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
         return loss, metrics
 
-    policy_loss.__edge_verl_wrapped__ = True
     return policy_loss
 
 

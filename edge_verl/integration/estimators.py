@@ -172,7 +172,6 @@ def _hand_to_loss(step: AdvantageStep, result: Any, response_mask: torch.Tensor,
         names.EDA_GROUP_ENTROPY_COLUMN: result.group_entropy[:, None] * mask,
         names.EDA_RATIO_COLUMN: result.entropy_ratio[:, None] * mask,
     }
-    step.response_mask = response_mask
     step.loss_options = {
         names.EDA_OPTIONS_KEY: {
             "entropy_epsilon": options.entropy_epsilon,

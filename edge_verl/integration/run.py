@@ -150,8 +150,7 @@ class AdvantageStep:
     inputs: per-token tensors (B, T) under the plugin's names: "entropy" (old policy's token entropy),
     "old_log_probs". metrics: the estimator's metrics, already prefixed for verl's logger.
     loss_columns: per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's
-    batch (EDA's gradient form, ``names.EDA_*_COLUMN``), with ``response_mask`` (B, T) they are laid on;
-    loss_options: batch-level values for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer hooks
+    batch (EDA's gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer hooks
     write both where the actor update reads its batch (legacy: the DataProto; v1: the TransferQueue).
     """
 
@@ -160,7 +159,6 @@ class AdvantageStep:
     metrics: dict[str, float] = field(default_factory=dict)
     loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
     loss_options: dict[str, Any] = field(default_factory=dict)
-    response_mask: Optional[torch.Tensor] = None
     _groupings: dict[int, tuple[Any, tuple]] = field(default_factory=dict, repr=False)
 
     def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:
