@@ -29,7 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
     commands.add_parser("doctor", help="check that import verl registers edge_verl's components")
-    commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
+    overrides = commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
+    overrides.add_argument(
+        "--backend", choices=("fsdp", "megatron"), default=None,
+        help="the training backend's set (default fsdp; see --config-name)",
+    )
+    overrides.add_argument(
+        "--config-name", default=None, help="pick the set from verl's trainer config (ppo_trainer, ppo_megatron_trainer)"
+    )
+    overrides.add_argument("--tensor-parallel", type=int, default=1, help="Megatron: gloo processes (TP size)")
     identity = commands.add_parser("run-identity", help="record a run's identity in its checkpoint folder, or check it")
     identity.add_argument("checkpoint_dir", type=Path)
     for option in ("--method", "--model", "--train-file", "--backend", "--seed"):
@@ -53,6 +61,20 @@ def _run_identity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cpu_overrides(args: argparse.Namespace) -> int:
+    from edge_verl.integration.cpu.overrides import backend_of_config, cpu_overrides
+
+    try:
+        backend = args.backend or (backend_of_config(args.config_name) if args.config_name else "fsdp")
+        if args.config_name and backend_of_config(args.config_name) != backend:
+            raise ValueError(f"--backend {backend} contradicts --config-name {args.config_name}")
+        print("\n".join(cpu_overrides(backend, args.tensor_parallel)))
+    except ValueError as error:
+        print(f"edge-verl cpu-overrides: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "doctor":
@@ -66,10 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_reproduce(args)
     if args.command == "cpu-overrides":
-        from edge_verl.integration.cpu.overrides import CPU_OVERRIDES
-
-        print("\n".join(CPU_OVERRIDES))
-        return 0
+        return _cpu_overrides(args)
     from edge_verl.demo.run import DemoConfig, run_demo
 
     out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}"

@@ -56,6 +56,9 @@ class DemoConfig:
     warm_start_steps: int = 50
     save_freq: int = -1
     resume: bool = False
+    # Pad the tiny model's vocabulary (259 tokens) to a multiple of this: Megatron's tensor parallel
+    # splits the embedding rows evenly over its ranks. 1 = unpadded (the demo's model).
+    vocab_multiple: int = 1
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -81,7 +84,7 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     data_dir = config.out / "data"
     if not (model_dir / "model.safetensors").exists():
         tokenizer = tiny.build_tokenizer(model_dir)
-        model = tiny.build_model(tokenizer, seed=config.seed)
+        model = tiny.build_model(tokenizer, seed=config.seed, vocab_multiple=config.vocab_multiple)
         tiny.warm_start(
             model,
             tokenizer,

@@ -44,13 +44,18 @@ def build_tokenizer(out_dir: str | Path):
     return tokenizer
 
 
-def build_model(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
-    """A randomly initialised Qwen2 causal LM sized for the tokenizer (~100k parameters)."""
+def build_model(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocab_multiple: int = 1):
+    """A randomly initialised Qwen2 causal LM sized for the tokenizer (~100k parameters).
+
+    ``vocab_multiple`` pads the embedding rows to a multiple, as real checkpoints do (Qwen2.5's 151936
+    rows hold a ~151.6k-token vocabulary): Megatron's tensor parallel splits the rows evenly over ranks."""
+    if vocab_multiple < 1:
+        raise ValueError(f"vocab_multiple={vocab_multiple} must be >= 1")
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=-(-len(tokenizer) // vocab_multiple) * vocab_multiple,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,

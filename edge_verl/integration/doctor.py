@@ -28,6 +28,13 @@ entry_points = [ep.value for ep in md.entry_points(group="verl.plugins") if ep.n
 from edge_verl.reward.score import self_check
 from edge_verl.integration.internals import find_internal_mismatches
 from edge_verl.integration.trainer_hooks import VERL_INTERNALS
+try:
+    megatron = {"megatron-core": md.version("megatron-core"), "mbridge": md.version("mbridge")}
+except md.PackageNotFoundError:
+    megatron = None
+if megatron is not None:
+    from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS
+    megatron["internals"] = find_internal_mismatches(MEGATRON_CPU_INTERNALS)
 print(json.dumps({
     "verl_version": verl.__version__,
     "entry_points": entry_points,
@@ -37,6 +44,7 @@ print(json.dumps({
     "rollouts": sorted(RolloutReplicaRegistry._registry),
     "reward_probe": self_check(),
     "internals": find_internal_mismatches(VERL_INTERNALS),
+    "megatron": megatron,
 }))
 """
 
@@ -64,6 +72,9 @@ def find_problems(report: dict, cpu: bool) -> list[str]:
     if cpu and "hf" not in report["rollouts"]:
         problems.append("EDGE_VERL_CPU=1 but the 'hf' rollout is not registered")
     problems.extend(f"verl internal changed: {line}" for line in report["internals"])
+    megatron = report.get("megatron")
+    if megatron:  # the CPU adaptations of the Megatron engine rely on these (edge_verl.integration.cpu.megatron_engine)
+        problems.extend(f"megatron/mbridge internal changed: {line}" for line in megatron["internals"])
     problems.extend(reward_problems(report["reward_probe"]))
     return problems
 
@@ -95,6 +106,12 @@ def run_doctor(stream=sys.stdout) -> int:
     stream.write(
         "reward entry: pkg://edge_verl.reward:compute_score "
         f"(symbolic self-check: {probe.get('score', 'error')} by {probe.get('grader', 'no grader')})\n"
+    )
+    megatron = report.get("megatron")
+    stream.write(
+        f"megatron CPU path: megatron-core {megatron['megatron-core']} + mbridge {megatron['mbridge']}\n"
+        if megatron
+        else "megatron CPU path: not installed (pip install 'edge-verl[megatron-cpu]')\n"
     )
     problems = find_problems(report, cpu)
     for problem in problems:

@@ -90,6 +90,7 @@ CKPT_ROOT=${CKPT_ROOT:-checkpoints}
 CKPT_DIR=${CKPT_DIR:-$CKPT_ROOT/$PROJECT_NAME/$EXPERIMENT_NAME}
 LOGGER=${LOGGER:-"[console,wandb]"}            # add "file" and set VERL_FILE_LOGGER_PATH for per-step JSONL
 EDGE_VERL_CPU=${EDGE_VERL_CPU:-0}              # 1: run on CPU with the plugin's backend (tiny models only)
+CPU_TENSOR_PARALLEL=${CPU_TENSOR_PARALLEL:-1}  # EDGE_VERL_CPU=1, Megatron: tensor-parallel gloo processes
 DRY_RUN=${DRY_RUN:-0}                          # 1: print the overrides, one per line, and exit
 
 DATA_ARGS=(
@@ -304,7 +305,10 @@ run_verl() {
     local cpu_args=()
     if [ "$EDGE_VERL_CPU" = "1" ]; then
         export EDGE_VERL_CPU VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda
-        mapfile -t cpu_args < <(edge-verl cpu-overrides)
+        # The set of the backend this config trains with (a Megatron recipe runs Megatron on CPU too).
+        local cpu_text
+        cpu_text=$(python -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL") || return $?
+        mapfile -t cpu_args <<<"$cpu_text"
     fi
     local args=("${DATA_ARGS[@]}" "${MODEL_ARGS[@]}" "${ACTOR_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${REWARD_ARGS[@]}"
         "${CHECKPOINT_ARGS[@]}" "${TRAINER_ARGS[@]}" "${recipe_args[@]}" "${cpu_args[@]}" "$@")

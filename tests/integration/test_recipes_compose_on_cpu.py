@@ -8,6 +8,7 @@ early checks (estimator options, GEC settings).
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ REMOVED_VALUES = ("actor_rollout_ref.rollout.mode=sync",)
 
 
 def recipe_overrides(recipe: Path, **env) -> tuple[str, list[str]]:
-    environment = {**os.environ, "DRY_RUN": "1", **env}
+    # the recipes call `python -m edge_verl.cli` in CPU mode: this interpreter's
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    environment = {**os.environ, "DRY_RUN": "1", "PATH": path, **env}
     lines = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, check=True, env=environment).stdout.splitlines()
     assert lines[0].startswith("--config-name="), lines[:2]
     return lines[0].split("=", 1)[1], lines[1:]
@@ -122,3 +125,62 @@ def test_user_overrides_come_last_and_win():
         ["bash", str(RECIPES[0]), "trainer.total_epochs=7"], capture_output=True, text=True, check=True, env=environment
     ).stdout.splitlines()
     assert lines[-1] == "trainer.total_epochs=7"
+
+
+# The CPU backend's FSDP set (EDGE_VERL_CPU=1): what an FSDP recipe on CPU has always run with.
+FSDP_CPU_SET = {
+    "ray_kwargs.ray_init.num_cpus=32",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "+ray_kwargs.ray_init.num_gpus=1",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "trainer.device=cpu",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+    "data.dataloader_num_workers=0",
+}
+
+
+def test_an_fsdp_recipe_on_cpu_gets_the_fsdp_set_unchanged():
+    recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_gepo_qwen7b.sh")
+    _, plain = recipe_overrides(recipe)
+    config_name, on_cpu = recipe_overrides(recipe, EDGE_VERL_CPU="1")
+    assert on_cpu[: len(plain)] == plain and set(on_cpu[len(plain):]) == FSDP_CPU_SET
+    assert _compose(config_name, on_cpu).actor_rollout_ref.actor.strategy == "fsdp2"
+
+
+@pytest.mark.parametrize("tensor_parallel", [1, 2])
+def test_a_megatron_recipe_on_cpu_runs_megatron(tensor_parallel):
+    recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_edge_qwen2.5-math-7b_megatron.sh")
+    config_name, overrides = recipe_overrides(recipe, EDGE_VERL_CPU="1", CPU_TENSOR_PARALLEL=str(tensor_parallel))
+    assert config_name == "ppo_megatron_trainer"
+    assert not any("strategy=" in override for override in overrides), "no strategy override: Megatron stays Megatron"
+    config = _compose(config_name, overrides)
+    actor, ref = config.actor_rollout_ref.actor, config.actor_rollout_ref.ref
+    assert actor.strategy == ref.strategy == "megatron"
+    assert actor.megatron.tensor_model_parallel_size == ref.megatron.tensor_model_parallel_size == tensor_parallel
+    assert config.trainer.n_gpus_per_node == tensor_parallel and config.ray_kwargs.ray_init.num_gpus == tensor_parallel
+    assert actor.megatron.vanilla_mbridge and ref.megatron.vanilla_mbridge
+    assert not actor.megatron.sequence_parallel and not ref.megatron.sequence_parallel
+    for key in ("masked_softmax_fusion", "sequence_parallel"):  # mbridge's CUDA-only defaults, off
+        assert actor.megatron.override_transformer_config[key] is False
+    assert dict(ref.megatron.override_transformer_config) == dict(actor.megatron.override_transformer_config)
+    assert config.actor_rollout_ref.model.use_remove_padding is False
+    assert config.actor_rollout_ref.rollout.name == "hf"
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+
+def test_tensor_parallel_on_cpu_is_refused_for_fsdp_recipes():
+    recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_gepo_qwen7b.sh")
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    environment = {**os.environ, "DRY_RUN": "1", "PATH": path, "EDGE_VERL_CPU": "1", "CPU_TENSOR_PARALLEL": "2"}
+    completed = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, env=environment)
+    assert completed.returncode == 2 and "tensor_parallel > 1 needs the megatron backend" in completed.stderr

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("verl")
 
 from edge_verl.integration import trainer_hooks  # noqa: E402
+from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS  # noqa: E402
 from edge_verl.integration.internals import find_internal_mismatches  # noqa: E402
 
 pytestmark = pytest.mark.verl
@@ -25,7 +26,11 @@ def test_verl_is_the_pinned_release():
     assert metadata.version("verl") == "0.9.1"
 
 
-@pytest.mark.parametrize("table", [trainer_hooks.VERL_INTERNALS, CPU_BACKEND_INTERNALS], ids=["trainer_hooks", "cpu_backend"])
+@pytest.mark.parametrize(
+    "table",
+    [trainer_hooks.VERL_INTERNALS, CPU_BACKEND_INTERNALS, MEGATRON_CPU_INTERNALS],
+    ids=["trainer_hooks", "cpu_backend", "megatron_cpu"],
+)
 def test_every_internal_exists_with_the_parameters_relied_on(table):
     assert find_internal_mismatches(table) == []
 

@@ -1,8 +1,10 @@
-"""The verl 0.9.1 Hydra overrides that a CPU-only run needs (and why), shared by the demo and the recipes.
+"""The verl 0.9.1 Hydra overrides that a CPU-only run needs (and why), per training backend, shared by the
+demo, the recipes and the tests.
 
-Plain strings, no verl import: ``edge-verl cpu-overrides`` prints them for shell recipes. The process
-must also run with ``EDGE_VERL_CPU=1`` (see ``cpu_environment``), which makes the plugin register the CPU
-platform and the ``hf`` rollout.
+Plain strings, no verl import: ``edge-verl cpu-overrides --backend {fsdp,megatron}`` prints them for shell
+recipes. The process must also run with ``EDGE_VERL_CPU=1`` (see ``cpu_environment``), which makes the
+plugin register the CPU platform and the ``hf`` rollout (and, in a process that builds verl's Megatron
+engine, the CPU adaptations of ``edge_verl.integration.cpu.megatron``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import os
 
 CPU_ENV_FLAG = "EDGE_VERL_CPU"
+BACKENDS = ("fsdp", "megatron")
+# verl's trainer config of each backend (``--config-name``); the recipes pick the overrides from it.
+BACKEND_CONFIG_NAMES = {"ppo_trainer": "fsdp", "ppo_megatron_trainer": "megatron"}
 
 
 def cpu_backend_requested() -> bool:
@@ -17,7 +22,8 @@ def cpu_backend_requested() -> bool:
     return os.environ.get(CPU_ENV_FLAG, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-CPU_OVERRIDES: tuple[str, ...] = (
+# Every backend: Ray, scheduling, the rollout and the worker counts.
+COMMON_OVERRIDES: tuple[str, ...] = (
     # TransferQueue starts 1 controller + 8 storage actors of 1 CPU each and hangs on 2 cores.
     "ray_kwargs.ray_init.num_cpus=32",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -26,11 +32,8 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "trainer.n_gpus_per_node=1",
     "trainer.nnodes=1",
     "trainer.device=cpu",
-    # No FlashAttention on CPU.
+    # No FlashAttention on CPU (the HF model: the FSDP actor and the hf rollout).
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    # FSDP1 refuses CPU parameters; FSDP2 works.
-    "actor_rollout_ref.actor.strategy=fsdp2",
-    "actor_rollout_ref.ref.strategy=fsdp2",
     # The HF-generate rollout registered by the plugin (vLLM/SGLang need a GPU).
     "actor_rollout_ref.rollout.name=hf",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
@@ -40,6 +43,81 @@ CPU_OVERRIDES: tuple[str, ...] = (
     # DataLoader worker processes only add start-up time (and get killed noisily at exit) here.
     "data.dataloader_num_workers=0",
 )
+
+FSDP_OVERRIDES: tuple[str, ...] = (
+    # FSDP1 refuses CPU parameters; FSDP2 works.
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+)
+
+
+def _megatron_role_overrides(role: str) -> tuple[str, ...]:
+    # The reference model's engine reads most keys from the actor's (verl's config interpolates them), but
+    # the recipes set its parallel sizes and verl hard-codes its sequence_parallel: each role gets them.
+    prefix = f"actor_rollout_ref.{role}.megatron"
+    return (
+        # One process: tensor and pipeline parallel 1 (`edge-verl cpu-overrides --backend megatron
+        # --tensor-parallel 2` for two gloo processes).
+        f"{prefix}.tensor_model_parallel_size=1",
+        f"{prefix}.pipeline_model_parallel_size=1",
+        # verl's Megatron-Bridge route needs Transformer Engine; the legacy mbridge route (megatron-core
+        # 0.16.1 + mbridge 0.15.1, the `megatron-cpu` extra) builds megatron's local layers.
+        f"{prefix}.vanilla_mbridge=True",
+        # Sequence parallel splits activations over TP ranks; nothing to split in one process.
+        f"{prefix}.sequence_parallel=False",
+    )
+
+
+MEGATRON_OVERRIDES: tuple[str, ...] = (
+    *_megatron_role_overrides("actor"),
+    *_megatron_role_overrides("ref"),
+    # mbridge switches on megatron's fused softmax, a CUDA extension (scaled_masked_softmax_cuda); the
+    # reference model's engine reads the actor's override_transformer_config.
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.masked_softmax_fusion=False",
+    # mbridge turns sequence parallel on whenever TP > 1 (verl's `megatron.sequence_parallel` does not
+    # reach it); megatron's local torch norms refuse it ("sequence parallel not supported by torch
+    # LayerNorm"): only Transformer Engine / apex norms support it.
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.sequence_parallel=False",
+    # Packed (THD) sequences need Transformer Engine's attention; megatron's local DotProductAttention
+    # refuses them. The worker reads this from `model.`, not from `megatron.`.
+    "actor_rollout_ref.model.use_remove_padding=False",
+)
+
+BACKEND_OVERRIDES = {"fsdp": FSDP_OVERRIDES, "megatron": MEGATRON_OVERRIDES}
+
+# The FSDP set, the default of `edge-verl cpu-overrides` and what the demo runs.
+CPU_OVERRIDES: tuple[str, ...] = COMMON_OVERRIDES + FSDP_OVERRIDES
+
+
+def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1) -> tuple[str, ...]:
+    """The overrides a CPU run of ``backend`` needs; ``tensor_parallel`` > 1 (Megatron only) runs that many
+    gloo processes, one fake "GPU" each."""
+    if backend not in BACKEND_OVERRIDES:
+        raise ValueError(f"backend={backend!r}; allowed: {', '.join(BACKENDS)}")
+    if tensor_parallel < 1:
+        raise ValueError(f"tensor_parallel={tensor_parallel} must be >= 1")
+    if tensor_parallel > 1 and backend != "megatron":
+        raise ValueError("tensor_parallel > 1 needs the megatron backend (the CPU FSDP set runs one process)")
+    overrides = COMMON_OVERRIDES + BACKEND_OVERRIDES[backend]
+    if tensor_parallel == 1:
+        return overrides
+    scaled = {
+        "+ray_kwargs.ray_init.num_gpus": str(tensor_parallel),
+        "trainer.n_gpus_per_node": str(tensor_parallel),
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": str(tensor_parallel),
+        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": str(tensor_parallel),
+    }
+    return tuple(
+        f"{key}={scaled[key]}" if (key := item.split("=", 1)[0]) in scaled else item for item in overrides
+    )
+
+
+def backend_of_config(config_name: str) -> str:
+    """``ppo_megatron_trainer`` -> ``megatron``: the backend whose CPU overrides a verl config needs."""
+    name = config_name.rsplit("/", 1)[-1].removesuffix(".yaml").removeprefix("edge_")
+    if name not in BACKEND_CONFIG_NAMES:
+        raise ValueError(f"no CPU overrides for config {config_name!r}; known: {', '.join(BACKEND_CONFIG_NAMES)}")
+    return BACKEND_CONFIG_NAMES[name]
 
 
 def cpu_environment(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -9,16 +9,20 @@ from edge_verl.integration.cpu.overrides import cpu_backend_requested
 
 
 def register_cpu_backend() -> None:
-    """CPU platform (gloo) + HF rollout in verl's registries."""
+    """CPU platform (gloo) + HF rollout in verl's registries; Megatron's CPU adaptations when its engine is built."""
     os.environ.setdefault("VERL_PLATFORM", "cpu")
     # verl's engine registry keys the FSDP engine by device "cuda"; the engine itself follows the platform.
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from edge_verl.integration.cpu import hf_rollout, platform  # platform registers "cpu" on import
+    from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform  # platform registers "cpu"
+    from edge_verl.integration.post_import import when_imported
 
     platform.patch_init_process_group()
+    # Megatron's CPU adaptations apply when verl builds its Megatron engine in this process, not on import.
+    when_imported("verl.workers.engine.megatron.transformer_impl", megatron_engine.hook_megatron_engine)
+    when_imported("verl.workers.engine.fsdp.transformer_impl", megatron_engine.hook_fsdp_engine)
     rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
     RolloutReplicaRegistry.register(hf_rollout.ROLLOUT_NAME, lambda: hf_rollout.HFRolloutReplica)
 

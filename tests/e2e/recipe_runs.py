@@ -1,0 +1,51 @@
+"""Run a recipe, unchanged, on CPU (shared by the FSDP and Megatron recipe tests)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from edge_verl.demo.run import DemoConfig, prepare_inputs
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+ENGINE_LINE = "edge_verl CPU backend: training engine="
+
+
+def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: int = 1, **variables) -> dict:
+    """Run ``recipes/<recipe>`` unchanged on the tiny model and the demo's data with the CPU backend (its
+    variables only, as a user would); returns the per-step records, the engines the run reported and its
+    output. ``variables`` override the defaults below (e.g. TOTAL_STEPS, SAVE_FREQ, CPU_TENSOR_PARALLEL)."""
+    inputs = prepare_inputs(DemoConfig(algorithm=algorithm, out=out / "inputs", vocab_multiple=vocab_multiple))
+    log_path = out / "metrics_raw.jsonl"
+    log_path.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "VERL_FILE_LOGGER_PATH": str(log_path),
+        "MODEL_PATH": str(inputs["model"]),
+        "TRAIN_FILE": str(inputs["train"]),
+        "VAL_FILES": f"[{inputs['val']}]",
+        "EDGE_VERL_CPU": "1",
+        "TRAIN_BATCH_SIZE": "4",
+        "ROLLOUT_N": "4",
+        "MICRO_BATCH_SIZE": "16",
+        "MAX_PROMPT_LENGTH": "64",
+        "MAX_SAMPLE_LENGTH": "16",
+        "GEC_CONTINUATION_TOKENS": "64",
+        "TOTAL_STEPS": "1",
+        "VAL_BEFORE_TRAIN": "False",
+        "TEST_FREQ": "-1",
+        "SAVE_FREQ": "-1",
+        "LOGGER": "[console,file]",
+        "CKPT_DIR": str(out / "checkpoints"),
+        **{key: str(value) for key, value in variables.items()},
+    }
+    completed = subprocess.run(
+        ["bash", str(RECIPES / recipe)], cwd=out, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-3000:]
+    records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    output = completed.stdout + completed.stderr
+    engines = [line.split(ENGINE_LINE, 1)[1] for line in output.splitlines() if ENGINE_LINE in line]
+    return {"records": records, "engines": engines, "output": output}

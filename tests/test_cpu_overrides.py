@@ -1,0 +1,52 @@
+"""``edge-verl cpu-overrides``: one set per training backend, picked by backend or by verl config name."""
+
+import pytest
+
+from edge_verl.cli import main
+from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_overrides
+
+
+def keys(overrides):
+    return [override.split("=", 1)[0] for override in overrides]
+
+
+def test_the_default_set_is_fsdp_and_the_demo_uses_it():
+    assert cpu_overrides() == cpu_overrides("fsdp") == CPU_OVERRIDES
+    assert "actor_rollout_ref.actor.strategy=fsdp2" in CPU_OVERRIDES
+
+
+def test_megatron_set_never_switches_the_strategy_and_keeps_one_value_per_key():
+    for tensor_parallel in (1, 2, 4):
+        overrides = cpu_overrides("megatron", tensor_parallel)
+        assert not any(".strategy=" in override for override in overrides)
+        assert len(set(keys(overrides))) == len(overrides)
+        assert f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={tensor_parallel}" in overrides
+        assert f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tensor_parallel}" in overrides
+        assert f"trainer.n_gpus_per_node={tensor_parallel}" in overrides
+        assert f"+ray_kwargs.ray_init.num_gpus={tensor_parallel}" in overrides
+
+
+@pytest.mark.parametrize(
+    "backend, tensor_parallel, message",
+    [("deepspeed", 1, "allowed: fsdp, megatron"), ("fsdp", 2, "needs the megatron backend"), ("megatron", 0, ">= 1")],
+)
+def test_bad_requests_are_refused(backend, tensor_parallel, message):
+    with pytest.raises(ValueError, match=message):
+        cpu_overrides(backend, tensor_parallel)
+
+
+def test_backend_from_verl_config_name():
+    assert backend_of_config("ppo_trainer") == "fsdp"
+    assert backend_of_config("ppo_megatron_trainer") == "megatron"
+    assert backend_of_config("edge_ppo_megatron_trainer") == "megatron"  # the plugin's config with its options
+    with pytest.raises(ValueError, match="no CPU overrides"):
+        backend_of_config("sft_trainer_engine")
+
+
+def test_cli_prints_the_set_of_the_config_and_refuses_contradictions(capsys):
+    assert main(["cpu-overrides", "--config-name", "ppo_megatron_trainer"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(cpu_overrides("megatron"))
+    assert main(["cpu-overrides"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(CPU_OVERRIDES)
+    assert main(["cpu-overrides", "--backend", "fsdp", "--config-name", "ppo_megatron_trainer"]) == 2
+    assert "contradicts" in capsys.readouterr().err
