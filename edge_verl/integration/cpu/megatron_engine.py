@@ -77,7 +77,7 @@ def cpu_device(device: Any) -> Any:
 
 
 def _on_cpu(function: Callable) -> Callable:
-    """``function`` with a CUDA ``device=`` keyword (or leading device argument of ``.to``) sent to the CPU."""
+    """``function`` with a CUDA ``device=`` keyword sent to the CPU."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
