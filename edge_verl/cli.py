@@ -65,9 +65,12 @@ def _cpu_overrides(args: argparse.Namespace) -> int:
     from edge_verl.integration.cpu.overrides import backend_of_config, cpu_overrides
 
     try:
-        backend = args.backend or (backend_of_config(args.config_name) if args.config_name else "fsdp")
-        if args.config_name and backend_of_config(args.config_name) != backend:
-            raise ValueError(f"--backend {backend} contradicts --config-name {args.config_name}")
+        backend = args.backend or "fsdp"
+        if args.config_name:
+            configured = backend_of_config(args.config_name)
+            if args.backend and args.backend != configured:
+                raise ValueError(f"--backend {args.backend} contradicts --config-name {args.config_name}")
+            backend = configured
         print("\n".join(cpu_overrides(backend, args.tensor_parallel)))
     except ValueError as error:
         print(f"edge-verl cpu-overrides: {error}", file=sys.stderr)

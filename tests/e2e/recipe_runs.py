@@ -10,6 +10,22 @@ from edge_verl.demo.run import DemoConfig, prepare_inputs
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ENGINE_LINE = "edge_verl CPU backend: training engine="
+# The recipes' variables at the tiny model's scale: 4 prompts x 4 responses, the demo's lengths (16-token
+# samples; GEC's corrections up to 64 tokens beyond, so response 16 + 64 + 32 = 112 for GEC methods).
+TINY_RECIPE_SCALE = {
+    "TRAIN_BATCH_SIZE": "4",
+    "ROLLOUT_N": "4",
+    "MICRO_BATCH_SIZE": "16",
+    "MAX_PROMPT_LENGTH": "64",
+    "MAX_SAMPLE_LENGTH": "16",
+    "GEC_CONTINUATION_TOKENS": "64",
+}
+
+
+def python_environment() -> dict:
+    """This process's environment with this interpreter's scripts first on PATH (the recipes call
+    ``python -m ...``)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: int = 1, **variables) -> dict:
@@ -20,19 +36,13 @@ def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: in
     log_path = out / "metrics_raw.jsonl"
     log_path.unlink(missing_ok=True)
     env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        **python_environment(),
+        **TINY_RECIPE_SCALE,
         "VERL_FILE_LOGGER_PATH": str(log_path),
         "MODEL_PATH": str(inputs["model"]),
         "TRAIN_FILE": str(inputs["train"]),
         "VAL_FILES": f"[{inputs['val']}]",
         "EDGE_VERL_CPU": "1",
-        "TRAIN_BATCH_SIZE": "4",
-        "ROLLOUT_N": "4",
-        "MICRO_BATCH_SIZE": "16",
-        "MAX_PROMPT_LENGTH": "64",
-        "MAX_SAMPLE_LENGTH": "16",
-        "GEC_CONTINUATION_TOKENS": "64",
         "TOTAL_STEPS": "1",
         "VAL_BEFORE_TRAIN": "False",
         "TEST_FREQ": "-1",

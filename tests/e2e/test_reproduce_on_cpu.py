@@ -8,7 +8,6 @@ the real shipped benchmarks plus the copy task's validation set as an extra benc
 """
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from edge_verl.demo import task
 from edge_verl.demo.run import DemoConfig, prepare_inputs
 from edge_verl.integration.names import GEC_AGENT_LOOP
+from tests.e2e.recipe_runs import TINY_RECIPE_SCALE, python_environment
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +27,6 @@ SEEDS = ("1", "2")
 ROWS = ("base_1.5b", "grpo_1.5b", "edge_1.5b")
 EVAL_LIMIT = "3"
 EVAL_TOKENS = "16"
-
-
-def _environment() -> dict:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +39,7 @@ def reproduced(tmp_path_factory):
         "MODEL_PATH": inputs["model"],
         "EDGE_VERL_CPU": "1",
         "VAL_FILES": f"[{inputs['val']}]",
-        "TRAIN_BATCH_SIZE": "4",
-        "ROLLOUT_N": "4",
-        "MICRO_BATCH_SIZE": "16",
-        "MAX_PROMPT_LENGTH": "64",
-        # the demo's lengths: 16-token samples; EDGE's corrections up to 64 tokens beyond (response 112)
-        "MAX_SAMPLE_LENGTH": "16",
-        "GEC_CONTINUATION_TOKENS": "64",
+        **TINY_RECIPE_SCALE,
         "TEMPERATURE": "1.0",
         "LR": "1e-3",
         "TOTAL_STEPS": "2",
@@ -61,10 +51,10 @@ def reproduced(tmp_path_factory):
     command += ["--eval-limit", EVAL_LIMIT, "--eval-max-new-tokens", EVAL_TOKENS, "--eval-extra", str(inputs["val"])]
     for key, value in knobs.items():
         command += ["--set", f"{key}={value}"]
-    first = subprocess.run(command, cwd=root, env=_environment(), capture_output=True, text=True, timeout=2400)
+    first = subprocess.run(command, cwd=root, env=python_environment(), capture_output=True, text=True, timeout=2400)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     markers = {path: path.stat().st_mtime_ns for path in (root / "out").rglob("*.done.json")}
-    second = subprocess.run(command, cwd=root, env=_environment(), capture_output=True, text=True, timeout=600)
+    second = subprocess.run(command, cwd=root, env=python_environment(), capture_output=True, text=True, timeout=600)
     return {"root": root, "out": root / "out", "inputs": inputs, "train": train, "knobs": knobs, "command": command,
             "first": first.stdout, "second": second, "markers": markers}
 
@@ -108,7 +98,7 @@ def test_evaluation_used_the_trained_weights(reproduced):
     direct = reproduced["root"] / "direct"
     command = [sys.executable, str(REPO / "scripts" / "evaluate.py"), "--model", trained["checkpoint_dir"], "--out", str(direct)]
     command += ["--limit", EVAL_LIMIT, "--max-new-tokens", EVAL_TOKENS, "--extra", str(reproduced["inputs"]["val"])]
-    completed = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=600)
+    completed = subprocess.run(command, env=python_environment(), capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     pipeline_records = _eval_records(out / "runs" / "edge_1.5b_seed1" / "eval")
     direct_records = _eval_records(direct)
@@ -154,7 +144,7 @@ def test_another_training_set_never_loads_this_runs_checkpoint(reproduced):
     folder, and forcing this run's folder stops before verl starts, naming the setting that differs."""
     root, out = reproduced["root"], reproduced["out"]
     other = task.write_parquet(task.make_rows(256, seed=4, split="train"), root / "copy" / "other_train.parquet")
-    env = {**_environment(), **{key: str(value) for key, value in reproduced["knobs"].items()}}
+    env = {**python_environment(), **{key: str(value) for key, value in reproduced["knobs"].items()}}
     env.update({"SEED": "1", "TRAIN_FILE": str(other), "CKPT_ROOT": str(out / "checkpoints")})
     recipe = REPO / "recipes" / "run_grpo_qwen2.5-math-7b_fsdp.sh"
     dry = subprocess.run(["bash", str(recipe)], env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, check=True).stdout

@@ -19,14 +19,14 @@ pytestmark = pytest.mark.verl
 PROBE = Path(__file__).with_name("megatron_cpu_probe.py")
 
 
-def _python(code_or_script, *args, env=None):
-    command = [sys.executable, *(["-c", code_or_script] if "\n" in code_or_script else [code_or_script]), *map(str, args)]
+def _python(*args, env=None):
+    command = [sys.executable, *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    completed = _python(str(PROBE), tmp_path_factory.mktemp("megatron_probe"))
+    completed = _python(PROBE, tmp_path_factory.mktemp("megatron_probe"))
     assert completed.returncode == 0, completed.stderr[-4000:]
     line = next(line for line in completed.stdout.splitlines() if line.startswith("PROBE "))
     return json.loads(line[len("PROBE "):])
@@ -83,7 +83,7 @@ print("STATE", wrapped, created, getattr(torch.Tensor.to, "__edge_verl_wrapped__
 
 @pytest.mark.parametrize("cpu_backend, hooked", [("1", "True"), ("0", "False")])
 def test_importing_megatron_changes_nothing_until_its_engine_is_built(cpu_backend, hooked):
-    completed = _python(IMPORT_ONLY, env={"EDGE_VERL_CPU": cpu_backend})
+    completed = _python("-c", IMPORT_ONLY, env={"EDGE_VERL_CPU": cpu_backend})
     assert completed.returncode == 0, completed.stderr[-3000:]
     state = next(line for line in completed.stdout.splitlines() if line.startswith("STATE ")).split()[1:]
     # the engine's constructor is hooked only with the CPU backend on; torch is untouched either way

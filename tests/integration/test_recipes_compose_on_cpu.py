@@ -25,10 +25,14 @@ IGNORED_KEYS = ("custom_reward_function.", "+custom_reward_function.", "reward_m
 REMOVED_VALUES = ("actor_rollout_ref.rollout.mode=sync",)
 
 
-def recipe_overrides(recipe: Path, **env) -> tuple[str, list[str]]:
+def dry_run_environment(**env) -> dict:
     # the recipes call `python -m edge_verl.cli` in CPU mode: this interpreter's
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    environment = {**os.environ, "DRY_RUN": "1", "PATH": path, **env}
+    return {**os.environ, "DRY_RUN": "1", "PATH": path, **env}
+
+
+def recipe_overrides(recipe: Path, **env) -> tuple[str, list[str]]:
+    environment = dry_run_environment(**env)
     lines = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, check=True, env=environment).stdout.splitlines()
     assert lines[0].startswith("--config-name="), lines[:2]
     return lines[0].split("=", 1)[1], lines[1:]
@@ -180,7 +184,6 @@ def test_a_megatron_recipe_on_cpu_runs_megatron(tensor_parallel):
 
 def test_tensor_parallel_on_cpu_is_refused_for_fsdp_recipes():
     recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_gepo_qwen7b.sh")
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    environment = {**os.environ, "DRY_RUN": "1", "PATH": path, "EDGE_VERL_CPU": "1", "CPU_TENSOR_PARALLEL": "2"}
+    environment = dry_run_environment(EDGE_VERL_CPU="1", CPU_TENSOR_PARALLEL="2")
     completed = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, env=environment)
     assert completed.returncode == 2 and "tensor_parallel > 1 needs the megatron backend" in completed.stderr
