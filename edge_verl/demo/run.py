@@ -17,7 +17,7 @@ from pathlib import Path
 
 from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT_NAME
 from edge_verl.demo import task, tiny
-from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, cpu_environment
+from edge_verl.integration.cpu.overrides import ROLLOUTS, cpu_environment, cpu_overrides
 
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
@@ -30,6 +30,11 @@ SUMMARY_KEYS = (
     ("actor/entropy", "entropy"),
     ("actor/edge_eda/entropy_grad_share", "EDA H share"),
 )
+
+
+# vLLM's CPU attention supports head sizes 32, 64, 80 and up: the vLLM demo's model has 2 heads of 32
+# (1 key/value head) where the HF rollout's has 4 of 16 (2 key/value heads); both have hidden size 64.
+ROLLOUT_ATTENTION_HEADS = {"hf": 4, "vllm": 2}
 
 
 @dataclass
@@ -59,6 +64,10 @@ class DemoConfig:
     # Pad the tiny model's vocabulary (259 tokens) to a multiple of this: Megatron's tensor parallel
     # splits the embedding rows evenly over its ranks. 1 = unpadded (the demo's model).
     vocab_multiple: int = 1
+    # "hf": the plugin's HF-generate rollout; "vllm": verl's vLLM rollout on vLLM's CPU build.
+    rollout: str = "hf"
+    # The tiny model's attention heads (hidden size 64); None: the rollout's (ROLLOUT_ATTENTION_HEADS).
+    attention_heads: int | None = None
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -68,6 +77,10 @@ class DemoConfig:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
         if self.eda_form not in EDA_FORMS:
             raise ValueError(f"eda_form={self.eda_form!r}; allowed: {', '.join(EDA_FORMS)}")
+        if self.rollout not in ROLLOUTS:
+            raise ValueError(f"rollout={self.rollout!r}; allowed: {', '.join(ROLLOUTS)}")
+        if self.attention_heads is None:
+            self.attention_heads = ROLLOUT_ATTENTION_HEADS[self.rollout]
         for name in ("steps", "prompts_per_step", "responses_per_prompt"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
@@ -84,7 +97,9 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     data_dir = config.out / "data"
     if not (model_dir / "model.safetensors").exists():
         tokenizer = tiny.build_tokenizer(model_dir)
-        model = tiny.build_model(tokenizer, seed=config.seed, vocab_multiple=config.vocab_multiple)
+        model = tiny.build_model(
+            tokenizer, seed=config.seed, vocab_multiple=config.vocab_multiple, attention_heads=config.attention_heads
+        )
         tiny.warm_start(
             model,
             tokenizer,
@@ -172,7 +187,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"trainer.default_local_dir={config.out / 'checkpoints'}",
         "trainer.project_name=edge_verl_demo",
         f"trainer.experiment_name={config.algorithm}_{config.trainer}",
-        *CPU_OVERRIDES,
+        *cpu_overrides("fsdp", rollout=config.rollout),
         *config.extra_overrides,
     ]
     return overrides
@@ -308,7 +323,10 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
     started = time.time()
     overrides = build_overrides(config, prepare_inputs(config))
     form = f" (EDA {config.eda_form})" if config.algorithm in ("edge", "edge_eda") else ""
-    stream.write(f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.steps} steps, out={config.out}\n")
+    stream.write(
+        f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.rollout} rollout, "
+        f"{config.steps} steps, out={config.out}\n"
+    )
     returncode = run_main_ppo(overrides, config.out, stream)
     rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}

@@ -44,13 +44,25 @@ def build_tokenizer(out_dir: str | Path):
     return tokenizer
 
 
-def build_model(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocab_multiple: int = 1):
+def build_model(
+    tokenizer,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    vocab_multiple: int = 1,
+    attention_heads: int = 4,
+):
     """A randomly initialised Qwen2 causal LM sized for the tokenizer (~100k parameters).
+
+    ``attention_heads`` splits ``hidden_size`` (half as many key/value heads, at least one): vLLM's CPU
+    attention supports head sizes 32, 64, 80 and up, so a model for the vLLM rollout takes 2 heads of 32.
 
     ``vocab_multiple`` pads the embedding rows to a multiple, as real checkpoints do (Qwen2.5's 151936
     rows hold a ~151.6k-token vocabulary): Megatron's tensor parallel splits the rows evenly over ranks."""
     if vocab_multiple < 1:
         raise ValueError(f"vocab_multiple={vocab_multiple} must be >= 1")
+    if attention_heads < 1 or hidden_size % attention_heads:
+        raise ValueError(f"attention_heads={attention_heads} must be >= 1 and divide hidden_size={hidden_size}")
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
@@ -59,8 +71,8 @@ def build_model(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=attention_heads,
+        num_key_value_heads=max(1, attention_heads // 2),
         max_position_embeddings=512,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.pad_token_id,

