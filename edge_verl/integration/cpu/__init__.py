@@ -7,6 +7,8 @@ below. With the switch on it registers
 - ``hf_rollout``: an HF-generate rollout (``rollout.name=hf``) in verl's two rollout registries;
 - ``megatron_engine``: hooks on verl's engine constructors; building the Megatron engine applies the
   adaptations megatron-core and mbridge need on a CPU torch (the ``megatron-cpu`` extra).
+``vllm_worker`` is vLLM's side (a ``vllm.general_plugins`` entry point, same switch): in vLLM's own
+processes it keeps the linear weights loadable, so verl's vLLM rollout runs on vLLM's CPU build.
 ``overrides`` (no verl import) lists the Hydra overrides and environment a CPU run needs, per training
 backend; the demo, the recipes (``edge-verl cpu-overrides --config-name``) and the tests share it.
 """

@@ -1,5 +1,5 @@
-"""The verl 0.9.1 Hydra overrides that a CPU-only run needs (and why), per training backend, shared by the
-demo, the recipes and the tests.
+"""The verl 0.9.1 Hydra overrides that a CPU-only run needs (and why), per training backend and rollout,
+shared by the demo, the recipes and the tests.
 
 Plain strings, no verl import: ``edge-verl cpu-overrides --backend {fsdp,megatron}`` prints them for shell
 recipes. The process must also run with ``EDGE_VERL_CPU=1`` (see ``cpu_environment``), which makes the
