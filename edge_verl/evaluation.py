@@ -111,12 +111,24 @@ def resolve_model_dir(path: str | Path) -> str:
     raise FileNotFoundError(f"{folder}: not an HF model folder, a verl checkpoint folder or a verl run folder")
 
 
+def uses_vllm() -> bool:
+    """vLLM generates when it is importable and a CUDA device is there; otherwise transformers does. On a
+    CPU-only machine vLLM may be installed too (its CPU build, for verl's rollout on the CPU backend), but
+    it supports only some model shapes there (head sizes 32, 64, 80+) and is not what this protocol was
+    checked with."""
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+
+
 def generate(model_path: str, prompts: list[str], samples: int, temperature: float, max_new_tokens: int, seed: int = 0) -> list[list[str]]:
-    """``samples`` completions per prompt: vLLM if importable, else transformers on the available device."""
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError:
+    """``samples`` completions per prompt: vLLM on a GPU (``uses_vllm``), else transformers."""
+    if not uses_vllm():
         return _generate_hf(model_path, prompts, samples, temperature, max_new_tokens, seed)
+    from vllm import LLM, SamplingParams
+
     llm = LLM(model=model_path, seed=seed)
     params = SamplingParams(n=samples, temperature=temperature, max_tokens=max_new_tokens, seed=seed)
     return [[choice.text for choice in output.outputs] for output in llm.generate(prompts, params)]

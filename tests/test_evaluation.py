@@ -28,6 +28,20 @@ def test_average_weights_every_problem_equally():
     assert "| Avg | 5 | 80.00 |" in markdown_table(table)
 
 
+def test_vllm_generates_only_on_a_gpu(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from edge_verl.evaluation import uses_vllm
+
+    installed = importlib.util.find_spec("vllm") is not None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not uses_vllm()  # vLLM's CPU build (scripts/setup.sh) is for the rollout, not the evaluation
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert uses_vllm() == installed
+
+
 @pytest.mark.e2e
 def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path):
     from edge_verl.demo import task
