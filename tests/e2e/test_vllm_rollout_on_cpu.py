@@ -39,15 +39,18 @@ def assert_rollout_matches_actor(rows):
         assert row["training/rollout_probs_diff_max"] < 5e-2, row["step"]
 
 
-def test_grpo_through_vllm_trains_with_synced_weights(run_cpu_demo):
-    out, rows = run_cpu_demo("vllm_grpo", algorithm="grpo", rollout="vllm", steps=2)
+def test_plain_grpo_through_vllm_trains_with_synced_weights_and_writes_nothing_of_ours(run_cpu_demo):
+    out, rows = run_cpu_demo("vllm_grpo", algorithm="grpo", rollout="vllm", steps=2, save_freq=2)
     assert_served_by_vllm(out)
     assert [row["step"] for row in rows] == [1, 2]
     assert_rollout_matches_actor(rows)
     for row in rows:
         assert_grader_metrics(row)
         assert 0 < row["response_length/mean"] <= row["response_length/max"] <= SAMPLE_TOKENS
+    # the demo grades with edge_verl's reward, so its grader metrics are there; nothing else of the plugin
     assert {key for row in rows for key in row if key.startswith("edge_verl/")} == GRADER_KEYS
+    assert (out / "checkpoints" / "global_step_2").is_dir()
+    assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
 
 
 def test_gepo_through_vllm_logs_its_metrics_and_moves_its_thresholds(run_cpu_demo):
