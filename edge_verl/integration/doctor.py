@@ -35,16 +35,15 @@ except md.PackageNotFoundError:
 if megatron is not None:
     from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS
     megatron["internals"] = find_internal_mismatches(MEGATRON_CPU_INTERNALS)
-try:
-    vllm_cpu = {"vllm-cpu": md.version("vllm-cpu")}
-except md.PackageNotFoundError:
-    vllm_cpu = None
-if vllm_cpu is not None:
-    from edge_verl.integration.cpu.vllm_worker import VLLM_CPU_INTERNALS
+def installed(name):
     try:
-        vllm_cpu["vllm"] = md.version("vllm")
+        return md.version(name)
     except md.PackageNotFoundError:
-        vllm_cpu["vllm"] = None
+        return None
+vllm_cpu = None
+if installed("vllm-cpu"):
+    from edge_verl.integration.cpu.vllm_worker import VLLM_CPU_INTERNALS
+    vllm_cpu = {"vllm-cpu": installed("vllm-cpu"), "vllm": installed("vllm")}
     vllm_cpu["plugin"] = [ep.value for ep in md.entry_points(group="vllm.general_plugins") if ep.name.startswith("edge_verl")]
     vllm_cpu["internals"] = find_internal_mismatches(VLLM_CPU_INTERNALS)
 print(json.dumps({
