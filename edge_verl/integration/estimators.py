@@ -11,6 +11,7 @@ is no silent fallback to GRPO.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -251,6 +252,20 @@ def compute_gepo_advantage(
 
 
 def register_estimators(core_algos_module: Any) -> None:
-    """Register both estimators in verl's registry (idempotent)."""
-    core_algos_module.register_adv_est(names.EDA_ESTIMATOR)(compute_edge_eda_advantage)
-    core_algos_module.register_adv_est(names.GEPO_ESTIMATOR)(compute_gepo_advantage)
+    """Register both estimators in verl's registry (idempotent).
+
+    Decided by feature, not by version: a verl that ships its own estimator under one of these names (the
+    upstream series in upstream/verl/) keeps it, and importing verl must not fail over the name; the
+    plugin's one is then not registered, and a warning says so.
+    """
+    registry = getattr(core_algos_module, "ADV_ESTIMATOR_REGISTRY", {})
+    for name, function in ((names.EDA_ESTIMATOR, compute_edge_eda_advantage), (names.GEPO_ESTIMATOR, compute_gepo_advantage)):
+        present = registry.get(name)
+        if present is not None and present is not function:
+            warnings.warn(
+                f"verl already registers the advantage estimator {name!r} ({getattr(present, '__module__', present)}); "
+                "edge_verl's is not registered and verl's own is used.",
+                stacklevel=2,
+            )
+            continue
+        core_algos_module.register_adv_est(name)(function)

@@ -190,3 +190,31 @@ def test_step_metrics_equal_slow_references(estimator):
     assert expected["zero_variance_group_frac"] >= 0.25  # uid0 at least
     for key, value in expected.items():
         assert metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+def test_a_verl_with_its_own_estimators_keeps_them_and_still_imports():
+    """The upstream series (upstream/verl/) registers edge_eda and gepo in verl itself: the plugin must not make
+    ``import verl`` fail over the names (verl's register_adv_est raises on a second function), and defers."""
+    from types import SimpleNamespace
+
+    from edge_verl.integration import estimators
+
+    def native_eda(**kwargs):
+        return None
+
+    registry = {"edge_eda": native_eda}
+
+    def register_adv_est(name):
+        def decorator(function):
+            if name in registry and registry[name] is not function:
+                raise ValueError(f"Adv estimator {name} has already been registered")
+            registry[name] = function
+            return function
+
+        return decorator
+
+    module = SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registry, register_adv_est=register_adv_est)
+    with pytest.warns(UserWarning, match="verl's own is used"):
+        estimators.register_estimators(module)
+    assert registry == {"edge_eda": native_eda, "gepo": estimators.compute_gepo_advantage}
+    estimators.register_estimators(SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registry, register_adv_est=register_adv_est))
