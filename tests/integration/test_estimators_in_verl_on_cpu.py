@@ -217,4 +217,6 @@ def test_a_verl_with_its_own_estimators_keeps_them_and_still_imports():
     with pytest.warns(UserWarning, match="verl's own is used"):
         estimators.register_estimators(module)
     assert registry == {"edge_eda": native_eda, "gepo": estimators.compute_gepo_advantage}
-    estimators.register_estimators(SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registry, register_adv_est=register_adv_est))
+    with pytest.warns(UserWarning):  # idempotent: a second import changes nothing
+        estimators.register_estimators(module)
+    assert registry == {"edge_eda": native_eda, "gepo": estimators.compute_gepo_advantage}
