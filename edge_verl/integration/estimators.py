@@ -258,9 +258,8 @@ def register_estimators(core_algos_module: Any) -> None:
     upstream series in upstream/verl/) keeps it, and importing verl must not fail over the name; the
     plugin's one is then not registered, and a warning says so.
     """
-    registry = getattr(core_algos_module, "ADV_ESTIMATOR_REGISTRY", {})
     for name, function in ((names.EDA_ESTIMATOR, compute_edge_eda_advantage), (names.GEPO_ESTIMATOR, compute_gepo_advantage)):
-        present = registry.get(name)
+        present = core_algos_module.ADV_ESTIMATOR_REGISTRY.get(name)  # in VERL_INTERNALS
         if present is not None and present is not function:
             warnings.warn(
                 f"verl already registers the advantage estimator {name!r} ({getattr(present, '__module__', present)}); "
