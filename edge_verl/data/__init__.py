@@ -2,11 +2,14 @@
 
 The papers' small sets ship with the package (``edge_verl/data/sets``, provenance and licences in its
 README): DeepScaleR-Hard-1K (EDGE-GRPO's training split), the 1560-problem evaluation suite (AIME24, AMC,
-MATH-500, Minerva, OlympiadBench) and AIME25. Random-1K is sampled (seeded, without replacement, duplicate
-problems removed) from the full DeepScaleR-Preview data set loaded through the ``datasets`` library (a hub
-id, or a local folder / file in any format ``datasets`` reads); where no hub is reachable, local pool files
-(JSON, JSONL or verl parquet with problem/answer[/solution]) are the fallback, and the manifest records
-which source each file came from.
+MATH-500, Minerva, OlympiadBench), AIME25, and the Random-1K stand-in. The paper's Random-1K (a random 1K
+sample of the 40K-problem DeepScaleR-Preview) is not public; the shipped stand-in is a seeded draw
+(``sample_unique``, seed 42) from the DeepScaleR-Preview pools that carry a reference solution for every
+problem, written by ``scripts/draw_random_1k.py`` (the sets README says which pools and how it differs).
+Nothing here reaches a network unless asked to: ``RandomSource()`` means the shipped draw; another draw
+comes from an explicit source, the full data set through the ``datasets`` library (a hub id, or a local
+folder / file in any format ``datasets`` reads) or local pool files (JSON, JSONL or verl parquet with
+problem/answer[/solution]), and the manifest records which source each file came from.
 
 Every row carries the Qwen2.5-Math chat prompt of EDGE-GRPO (system prompt + the raw problem), the
 answer as ``reward_model.ground_truth`` (a string, or a list of acceptable answers for Minerva /
@@ -33,6 +36,9 @@ TRAIN_SETS = ("hard_1k", "random_1k")
 EVAL_SETS = ("aime24", "amc", "math500", "minerva", "olympiad_bench", "aime25")
 PAPER_EVAL = ("aime24", "amc", "math500", "minerva", "olympiad_bench")
 DEEPSCALER_HUB_ID = "agentica-org/DeepScaleR-Preview-Dataset"
+# The shipped Random-1K draw (edge_verl/data/sets/train/deepscaler_random_1k.jsonl); the defaults everywhere.
+RANDOM_1K_SIZE = 1000
+RANDOM_1K_SEED = 42
 MANIFEST = "MANIFEST.json"
 
 
@@ -48,6 +54,11 @@ def _answer_list(answer: Any) -> list[str]:
     if isinstance(answer, (list, tuple)):
         return [str(item) for item in answer]
     return [str(answer)]
+
+
+def _has_answer(record: dict) -> bool:
+    answer = record.get("answer")
+    return answer is not None and bool(_answer_list(answer)) and all(item.strip() for item in _answer_list(answer))
 
 
 def make_row(
@@ -88,9 +99,20 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
+def write_jsonl(records: Iterable[dict], path: Path) -> Path:
+    """One JSON object per line, non-ASCII kept as is (like the shipped sets); same records -> same bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8"))
+    return path
+
+
 def shipped_file(kind: str, name: str) -> Path:
-    """Path of a data set shipped with the package: kind "train" (hard_1k) or "eval" (EVAL_SETS)."""
-    files = {"train": {"hard_1k": "deepscaler_hard_1k.jsonl"}, "eval": {name: f"{name}.jsonl" for name in EVAL_SETS}}
+    """Path of a data set shipped with the package: kind "train" (TRAIN_SETS) or "eval" (EVAL_SETS)."""
+    files = {
+        "train": {name: f"deepscaler_{name}.jsonl" for name in TRAIN_SETS},
+        "eval": {name: f"{name}.jsonl" for name in EVAL_SETS},
+    }
     if name not in files.get(kind, {}):
         raise ValueError(f"no shipped {kind} set {name!r}; shipped: {sorted(files.get(kind, {}))}")
     return SETS_DIR / kind / files[kind][name]
@@ -115,13 +137,15 @@ def load_deepscaler(source: str = DEEPSCALER_HUB_ID, split: str = "train") -> li
 
 
 def sample_unique(records: Iterable[dict], size: int, seed: int) -> list[dict]:
-    """``size`` records drawn without replacement (seeded) after removing repeated problem texts.
+    """``size`` records drawn without replacement (seeded) after removing repeated problem texts and
+    problems without an answer (nothing to grade them against).
 
     The draw is over the problems sorted by text, so it depends on the pool's content, not its order.
     """
     pool: dict[str, dict] = {}
     for record in records:
-        pool.setdefault(str(record["problem"]).strip(), record)
+        if _has_answer(record):
+            pool.setdefault(str(record["problem"]).strip(), record)
     if size > len(pool):
         raise ValueError(f"cannot draw {size} problems from a pool of {len(pool)} unique problems")
     keys = sorted(pool)
@@ -130,35 +154,68 @@ def sample_unique(records: Iterable[dict], size: int, seed: int) -> list[dict]:
 
 @dataclass(frozen=True)
 class RandomSource:
-    """Where Random-1K comes from: ``hub`` (a hub id or local path for ``datasets``; None: skip it) and
-    ``pools`` (local files used when the hub cannot be loaded)."""
+    """Where Random-1K comes from. Default (no hub, no pools): the draw shipped with the package.
 
-    hub: Optional[str] = DEEPSCALER_HUB_ID
+    ``hub``: the full DeepScaleR-Preview for ``datasets`` (a hub id such as ``DEEPSCALER_HUB_ID``, or a
+    local folder / file); ``pools``: local problem files, drawn from together (and used when the hub cannot
+    be loaded). Either one re-draws with the given seed and size instead of reading the shipped file.
+    """
+
+    hub: Optional[str] = None
     pools: tuple[Path, ...] = ()
 
+    @property
+    def shipped(self) -> bool:
+        return self.hub is None and not self.pools
 
-def random_1k_records(source: RandomSource, size: int = 1000, seed: int = 42) -> tuple[list[dict], str]:
-    """(records, provenance): the hub (or local data set) first, the pools when it cannot be loaded."""
-    failure = "no source given"
+
+def pool_records(pools: Sequence[Path]) -> list[dict]:
+    """The records of the pool files as problem/answer/solution ("" where the pool has none) plus ``pool``,
+    the file it came from (the first file wins when a problem is in several: ``sample_unique`` keeps it)."""
+    return [
+        {"problem": r["problem"], "answer": r["answer"], "solution": r.get("solution") or "", "pool": Path(path).name}
+        for path in pools
+        for r in read_records(path)
+    ]
+
+
+def random_1k_records(
+    source: RandomSource = RandomSource(), size: int = RANDOM_1K_SIZE, seed: int = RANDOM_1K_SEED
+) -> tuple[list[dict], str]:
+    """(records, provenance): the shipped draw, or a new one from the hub (or local data set) and, when that
+    cannot be loaded, from the pools. A source that was asked for and cannot be read raises DataUnavailable."""
+    if source.shipped:
+        if (size, seed) != (RANDOM_1K_SIZE, RANDOM_1K_SEED):
+            raise DataUnavailable(
+                f"Random-1K with size={size}, seed={seed}: the shipped draw has size={RANDOM_1K_SIZE}, "
+                f"seed={RANDOM_1K_SEED}. Pass --random-pool FILE... (or --random-source with the full data set) to draw another."
+            )
+        path = shipped_file("train", "random_1k")
+        return read_records(path), f"shipped:{path.name}"
+    drawn = f" (seed {seed}, {size} problems)"
     if source.hub is not None:
         try:
-            return sample_unique(load_deepscaler(source.hub), size, seed), f"datasets:{source.hub}"
-        except Exception as error:  # no hub on this machine, bad id, ...: fall back below, say why
-            failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    if source.pools:
-        records = [record for path in source.pools for record in read_records(path)]
-        return sample_unique(records, size, seed), "pools:" + ",".join(Path(path).name for path in source.pools)
-    raise DataUnavailable(
-        f"Random-1K needs the DeepScaleR-Preview data set ({failure}). Pass --random-source with a hub id or a "
-        "local copy (folder or .parquet/.jsonl file with problem/answer/solution), or --random-pool FILE... "
-        "(JSON/JSONL/parquet problem pools) on a machine without a hub."
-    )
+            return sample_unique(load_deepscaler(source.hub), size, seed), f"datasets:{source.hub}{drawn}"
+        except (ImportError, OSError) as error:  # no datasets, no hub on this machine, no such folder: the pools, or say why
+            if not source.pools:
+                reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                raise DataUnavailable(
+                    f"Random-1K needs the DeepScaleR-Preview data set, and {source.hub!r} cannot be loaded ({reason}). "
+                    "Pass --random-source with a hub id or a local copy of it (folder or .parquet/.jsonl file with "
+                    "problem/answer/solution), --random-pool FILE... (JSON/JSONL/parquet problem pools), or neither "
+                    "for the shipped draw."
+                ) from error
+    provenance = "pools:" + ",".join(Path(path).name for path in source.pools)
+    return sample_unique(pool_records(source.pools), size, seed), provenance + drawn
 
 
-def training_records(name: str, *, size: int = 1000, seed: int = 42, source: RandomSource = RandomSource()) -> tuple[list[dict], str]:
+def training_records(
+    name: str, *, size: int = RANDOM_1K_SIZE, seed: int = RANDOM_1K_SEED, source: RandomSource = RandomSource()
+) -> tuple[list[dict], str]:
     """(records, provenance) of "hard_1k" (shipped) or "random_1k" (see ``random_1k_records``)."""
     if name == "hard_1k":
-        return read_records(shipped_file("train", name)), "shipped:deepscaler_hard_1k.jsonl"
+        path = shipped_file("train", name)
+        return read_records(path), f"shipped:{path.name}"
     if name == "random_1k":
         return random_1k_records(source, size, seed)
     raise ValueError(f"training set {name!r}; allowed: {list(TRAIN_SETS)}")
@@ -181,7 +238,9 @@ def sft_rows(records: Sequence[dict]) -> list[dict]:
     ]
 
 
-def training_rows(name: str, *, gec: bool = True, size: int = 1000, seed: int = 42, source: RandomSource = RandomSource()) -> list[dict]:
+def training_rows(
+    name: str, *, gec: bool = True, size: int = RANDOM_1K_SIZE, seed: int = RANDOM_1K_SEED, source: RandomSource = RandomSource()
+) -> list[dict]:
     return to_training_rows(training_records(name, size=size, seed=seed, source=source)[0], name, gec=gec)
 
 
@@ -226,15 +285,16 @@ def prepare(
     *,
     train_sets: Sequence[str] = TRAIN_SETS,
     eval_sets: Sequence[str] = EVAL_SETS,
-    seed: int = 42,
-    size: int = 1000,
+    seed: int = RANDOM_1K_SEED,
+    size: int = RANDOM_1K_SIZE,
     random_source: RandomSource = RandomSource(),
 ) -> Prepared:
     """Write ``train_<set>.parquet``, ``train_<set>_gec.parquet`` (rows marked for GEC), ``sft_<set>.parquet``
     (the SFT baseline: prompts answered by the reference solutions, when the set has them) and
     ``eval_<set>.parquet`` into ``out`` with a ``MANIFEST.json`` (rows, sha256, source of every file).
 
-    A training set that cannot be built is reported in ``Prepared.failed`` (the others are still written).
+    ``seed``, ``size`` and ``random_source`` are Random-1K's (default: the shipped draw; no network). A
+    training set that cannot be built is reported in ``Prepared.failed`` (the others are still written).
     """
     out = Path(out)
     prepared = Prepared()
@@ -252,8 +312,6 @@ def prepare(
         except DataUnavailable as error:
             prepared.failed[name] = str(error)
             continue
-        if name == "random_1k":
-            provenance += f" (seed {seed}, {size} problems)"
         for gec, suffix in ((False, ""), (True, "_gec")):
             record(out / f"train_{name}{suffix}.parquet", to_training_rows(records, name, gec=gec), provenance)
         sft = sft_rows(records)
@@ -261,5 +319,7 @@ def prepare(
             record(out / f"sft_{name}.parquet", sft, provenance + " (reference solutions)")
     for name in eval_sets:
         record(out / f"eval_{name}.parquet", eval_rows(name), f"shipped:{name}.jsonl")
+    if not prepared.files and not manifest_path.exists():
+        return prepared  # nothing written: no folder holding only an empty manifest
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
     return prepared
