@@ -45,38 +45,7 @@ from edge_verl.algorithms.gec import (
 )
 from edge_verl.config import GecConfig
 from edge_verl.integration.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
-from edge_verl.integration.run import bypass_mode_enabled, gec_options
-
-
-def check_gec_supported(config: Any) -> GecConfig:
-    """Refuse settings under which GEC's injected tokens would corrupt verl's bookkeeping; the options."""
-    options = gec_options(config.algorithm)
-    rollout = config.actor_rollout_ref.rollout
-    if rollout.get("calculate_log_probs", False):
-        raise ValueError(
-            "The edge_gec agent loop injects tokens the rollout never sampled, which have no rollout log-probs; "
-            "set actor_rollout_ref.rollout.calculate_log_probs=False (rollout-correction IS/RS then stays off)."
-        )
-    if bypass_mode_enabled(config.algorithm):
-        raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
-    if options.first_sample_tokens is not None:
-        check_budget(options, int(rollout.response_length))
-    return options
-
-
-def check_budget(options: GecConfig, response_length: int, phrase_tokens: int = 0) -> None:
-    """With a first-sample cap, a regenerated response (first sample + phrase + continuation) must fit in
-    rollout.response_length, or the truncated responses GEC targets would lose their continuation."""
-    first = options.first_sample_tokens
-    if first is None:
-        return
-    needed = first + phrase_tokens + options.continuation_tokens
-    if needed > response_length:
-        raise ValueError(
-            f"algorithm.edge_gec.first_sample_tokens={first} + the reflection phrase ({phrase_tokens} tokens) + "
-            f"continuation_tokens={options.continuation_tokens} = {needed} exceeds actor_rollout_ref.rollout.response_length="
-            f"{response_length}: raise response_length to at least {needed} (data.max_response_length) or lower first_sample_tokens."
-        )
+from edge_verl.integration.preflight import check_budget, check_gec_supported
 
 
 def sample_index(kwargs: dict) -> int:

@@ -3,6 +3,8 @@
 Every wrapper is gated on "this run uses one of the plugin's estimators, or GEC" (``TrainingRun``): a
 plain verl run with the plugin installed does exactly what it does without it (no extra TransferQueue
 fetch, no extra checkpoint file). What each wrapper is for:
+- ``verl.utils.config.validate_config`` (verl's ``main``, before ``ray.init``): the plugin's preflight
+  (``integration/preflight.py``), so a mistake in its options fails in seconds, before Ray starts;
 - both trainers' ``_load_checkpoint`` (before the first rollout): build the run's ``TrainingRun`` (options
   parsed and validated once), check GEC's setup against the data, restore GEPO's thresholds on resume;
   ``_save_checkpoint``: save them; ``fit``: make the run current (``active_run``) for the whole loop;
@@ -36,12 +38,14 @@ import torch
 
 from edge_verl.integration import eda_loss, estimators, names
 from edge_verl.integration.post_import import wrap
+from edge_verl.integration.preflight import check_gec_rows, check_run_config, preflight_or_exit
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, prefixed
 from edge_verl.integration.state import restore_run_state, save_state
 
 # module -> attribute path -> the parameters relied on (functions: the leading parameters, in order;
 # classes: constructor fields that must exist). See edge_verl.integration.internals.
 VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
+    "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
     "verl.trainer.ppo.core_algos": {
         "register_adv_est": ("name_or_enum",),
         "get_adv_estimator_fn": ("name_or_enum",),
@@ -97,64 +101,6 @@ def agent_names(dataset: Any) -> Optional[list]:
     if frame is None or not hasattr(frame, "column_names"):
         return None
     return list(frame["agent_name"]) if "agent_name" in frame.column_names else []
-
-
-def check_gec_rows(
-    enabled: bool, default_agent_loop: Optional[str], train_agent_names: Optional[Iterable], val_agent_names: Optional[Iterable]
-) -> None:
-    """GEC's one switch (``algorithm.edge_gec.enable``) must agree with the data; errors say what to change."""
-    loop = names.GEC_AGENT_LOOP
-    if default_agent_loop == loop:
-        raise ValueError(
-            f"actor_rollout_ref.rollout.agent.default_agent_loop={loop} would correct validation responses too; "
-            f"keep verl's default loop, set algorithm.edge_gec.enable=True and mark TRAINING rows with agent_name={loop}."
-        )
-    if val_agent_names is not None and loop in set(val_agent_names):
-        raise ValueError(f"The validation data marks rows with agent_name={loop}: validation must never be corrected.")
-    if train_agent_names is None:
-        return
-    has_gec_rows = loop in set(train_agent_names)
-    if enabled and not has_gec_rows:
-        raise ValueError(
-            f"algorithm.edge_gec.enable=True but no training row has agent_name={loop}, so GEC would never run: "
-            "train on the *_gec.parquet files of scripts/prepare_data.py (or add that column)."
-        )
-    if has_gec_rows and not enabled:
-        raise ValueError(
-            f"The training data marks rows with agent_name={loop} but GEC is off: set algorithm.edge_gec.enable=True "
-            "(EDGE-GRPO), or train on data without that column."
-        )
-
-
-def uses_edge_reward(config: Any) -> bool:
-    """verl's config grades with edge_verl's reward (``reward.custom_reward_function`` or the legacy
-    top-level ``custom_reward_function``)."""
-    sections = [config.get("reward", {}) or {}, config]
-    for section in sections:
-        function = section.get("custom_reward_function", None) or {}
-        path = str(function.get("path", "") or "")
-        if names.REWARD_MODULE in path.replace("/", "."):
-            return True
-    return False
-
-
-def check_run_config(config: Any) -> TrainingRun:
-    """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
-    run = TrainingRun.from_config(config.algorithm)
-    run.grader_metrics = uses_edge_reward(config)
-    if run.entropy_gradient:
-        actor = config.actor_rollout_ref.actor
-        if not (actor.get("calculate_entropy", False) or float(actor.get("entropy_coeff", 0.0) or 0.0) != 0.0):
-            raise ValueError(
-                "algorithm.edge_eda.entropy_gradient=True rescales the advantage inside the actor loss with the current "
-                "policy's entropy, which verl computes there only when asked: set "
-                "actor_rollout_ref.actor.calculate_entropy=True (or entropy_gradient=False for the detached form)."
-            )
-    if run.gec_enabled:
-        from edge_verl.integration.gec_agent_loop import check_gec_supported
-
-        check_gec_supported(config)
-    return run
 
 
 def start_run(trainer: Any) -> TrainingRun:
@@ -431,6 +377,20 @@ def _make_compute_data_metrics(original: Callable) -> Callable:
 # --- installation (edge_verl.integration.plugin runs these when verl imports each module) -----------------
 
 
+def _make_validate_config(original: Callable) -> Callable:
+    def validate_config(config, *args, **kwargs):
+        result = original(config, *args, **kwargs)
+        preflight_or_exit(config)
+        return result
+
+    return validate_config
+
+
+def patch_verl_config(module: Any) -> None:
+    """verl's ``main`` validates its config before ``ray.init``: the plugin's preflight runs right after."""
+    wrap(module, "validate_config", _make_validate_config)
+
+
 def patch_ray_trainer(module: Any) -> None:
     wrap(module, "compute_advantage", _make_compute_advantage)
     wrap(module, "compute_data_metrics", _make_compute_data_metrics)
@@ -465,6 +425,7 @@ def patch_agent_loop(module: Any) -> None:
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
+    "verl.utils.config": patch_verl_config,
     "verl.workers.utils.losses": eda_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 from edge_verl.algorithms.gec import decision_rng  # noqa: E402
-from edge_verl.integration import names, trainer_hooks  # noqa: E402
+from edge_verl.integration import names, preflight, trainer_hooks  # noqa: E402
 from edge_verl.integration.gec_agent_loop import sample_index  # noqa: E402
 from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
 
@@ -286,8 +286,8 @@ def test_bad_metrics_option_is_reported():
 )
 def test_grader_metrics_are_on_when_the_run_grades_with_edge_verls_reward(reward, expected):
     config = OmegaConf.merge(_config("grpo"), OmegaConf.create(reward))
-    assert trainer_hooks.uses_edge_reward(config) is expected
-    assert trainer_hooks.check_run_config(config).grader_metrics is expected
+    assert preflight.uses_edge_reward(config) is expected
+    assert preflight.check_run_config(config).grader_metrics is expected
 
 
 class _ExtraFieldsTQ:
@@ -394,6 +394,6 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
     config.algorithm.edge_eda = {"entropy_gradient": True}
     config.actor_rollout_ref.actor = {"calculate_entropy": False, "entropy_coeff": 0.0}
     with pytest.raises(ValueError, match="calculate_entropy=True"):
-        trainer_hooks.check_run_config(config)
+        preflight.check_run_config(config)
     config.actor_rollout_ref.actor.calculate_entropy = True
-    assert trainer_hooks.check_run_config(config).entropy_gradient
+    assert preflight.check_run_config(config).entropy_gradient

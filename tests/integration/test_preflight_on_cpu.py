@@ -1,0 +1,132 @@
+"""The plugin's preflight on verl's composed config (``edge-verl preflight`` and the ``validate_config``
+hook): each kind of mistake is reported with the message a user acts on, from the config and the data
+files alone (no Ray, no model)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_verl.data import make_row, write_parquet
+from edge_verl.integration.preflight import PreflightFailed, compose_verl_config, preflight, preflight_or_exit, run_identity_of
+from edge_verl.run_identity import IDENTITY_FILE
+
+pytestmark = pytest.mark.verl
+
+GEC_ON = ["actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.enable=True"]
+
+
+def _data(folder: Path, gec_train: bool = True, gec_val: bool = False, ground_truth: bool = True) -> dict[str, Path]:
+    rows = [make_row(f"1+{i}", str(1 + i), "sol", data_source="t", split="train", index=i, gec=gec_train) for i in range(4)]
+    if not ground_truth:
+        for row in rows:
+            row["reward_model"] = {"style": "rule"}
+    val = [make_row("2+2", "4", None, data_source="v", split="test", index=0, gec=gec_val)]
+    return {"train": write_parquet(rows, folder / "train.parquet"), "val": write_parquet(val, folder / "val.parquet")}
+
+
+def _config(tmp_path: Path, *overrides: str, **data_options):
+    data = _data(tmp_path, **data_options)
+    base = [
+        f"data.train_files={data['train']}",
+        f"data.val_files={data['val']}",
+        "data.max_response_length=512",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-Math-7B",
+    ]
+    return compose_verl_config("ppo_trainer", [*base, *overrides])
+
+
+def test_a_correct_edge_config_passes_and_names_its_run(tmp_path):
+    run = preflight(_config(tmp_path, "algorithm.adv_estimator=edge_eda", *GEC_ON))
+    assert run.estimator == "edge_eda" and run.gec_enabled and not run.entropy_gradient
+
+
+MISTAKES = {
+    # an option the estimator does not know
+    "unknown_key": (["algorithm.adv_estimator=gepo", "+algorithm.gepo.gamme=0.1"], {}, "unknown option(s) ['gamme']"),
+    # gamma is an EMA rate in (0, 1]
+    "bad_value": (["algorithm.adv_estimator=gepo", "+algorithm.gepo.gamma=2"], {}, "gepo.gamma=2 must be <= 1.0"),
+    # EDA's gradient form needs verl to compute the current entropy in the actor update
+    "eda_prerequisite": (
+        ["algorithm.adv_estimator=edge_eda", "+algorithm.edge_eda.entropy_gradient=True"],
+        {"gec_train": False},
+        "actor_rollout_ref.actor.calculate_entropy=True",
+    ),
+    # GEC on, but no training row selects the GEC agent loop
+    "gec_without_rows": (["algorithm.adv_estimator=grpo", *GEC_ON], {"gec_train": False}, "no training row has agent_name=edge_gec"),
+    # GEC rows, but GEC off
+    "rows_without_gec": (["algorithm.adv_estimator=grpo"], {}, "GEC is off"),
+    # validation must never be corrected
+    "gec_validation": (["algorithm.adv_estimator=grpo", *GEC_ON], {"gec_val": True}, "validation must never be corrected"),
+    # GEC grades against reward_model.ground_truth
+    "gec_ground_truth": (["algorithm.adv_estimator=grpo", *GEC_ON], {"ground_truth": False}, "reward_model.ground_truth"),
+    # 1024 sampled + 256 continued tokens cannot fit in 512
+    "gec_budget": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.first_sample_tokens=1024"],
+        {},
+        "= 1280 exceeds actor_rollout_ref.rollout.response_length=512",
+    ),
+    # injected tokens have no rollout log-probs
+    "gec_log_probs": (["algorithm.adv_estimator=grpo", "+algorithm.edge_gec.enable=True"], {}, "calculate_log_probs=False"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MISTAKES))
+def test_each_kind_of_mistake_is_reported_with_its_fix(tmp_path, kind, capsys):
+    overrides, data_options, expected = MISTAKES[kind]
+    config = _config(tmp_path, *overrides, **data_options)
+    with pytest.raises(PreflightFailed) as failed:
+        preflight_or_exit(config)
+    assert failed.value.code == 2
+    assert expected in failed.value.message
+    assert capsys.readouterr().err.strip().splitlines()[-1] == failed.value.message
+
+
+def test_a_missing_training_file_is_named(tmp_path):
+    config = _config(tmp_path, "algorithm.adv_estimator=grpo", f"data.train_files={tmp_path / 'nope.parquet'}")
+    with pytest.raises(FileNotFoundError, match=r"data.train_files: .*nope.parquet not found"):
+        preflight(config)
+
+
+def test_a_plain_grpo_run_is_checked_only_for_its_files(tmp_path):
+    run = preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", gec_train=False))
+    assert not run.is_ours
+
+
+def test_run_identity_follows_hydras_last_value(tmp_path):
+    config = _config(tmp_path, "algorithm.adv_estimator=grpo", "data.seed=7", "data.seed=9", gec_train=False)
+    identity = run_identity_of(config, "grpo", "fsdp", tag="edge_hard_1k/grpo_7b")
+    assert identity["seed"] == "9" and identity["tag"] == "edge_hard_1k/grpo_7b" and len(identity["train_data"]["sha256"]) == 64
+
+
+def _cli(*args: str) -> int:
+    from edge_verl.cli import main
+
+    return main(["preflight", *args])
+
+
+def test_cli_records_the_identity_only_after_the_checks_pass(tmp_path, capsys):
+    data = _data(tmp_path, gec_train=False)
+    common = [f"data.train_files={data['train']}", f"data.val_files={data['val']}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    assert _cli("--method", "gepo", "algorithm.adv_estimator=gepo", "+algorithm.gepo.gamma=0", *common) == 2
+    assert not (tmp_path / "ckpt").exists()
+    missing = [f"data.train_files={tmp_path / 'missing.parquet'}", *common[1:]]
+    assert _cli("--method", "grpo", "algorithm.adv_estimator=grpo", *missing) == 2
+    assert not (tmp_path / "ckpt").exists()
+    assert _cli("--method", "grpo", "algorithm.adv_estimator=grpo", *common) == 0
+    assert json.loads((tmp_path / "ckpt" / IDENTITY_FILE).read_text())["method"] == "grpo"
+    assert "run identity recorded" in capsys.readouterr().out
+    # unknown top-level key: Hydra refuses it while composing
+    assert _cli("algorithm.adv_estimatr=grpo", *common) == 2
+    assert "rejects the overrides" in capsys.readouterr().err
+
+
+def test_the_validate_config_hook_is_in_the_plugins_table():
+    from edge_verl.integration.trainer_hooks import HOOKS, VERL_INTERNALS
+
+    assert "validate_config" in VERL_INTERNALS["verl.utils.config"]
+    assert "verl.utils.config" in HOOKS
+    import verl.utils.config as verl_config
+
+    assert getattr(verl_config.validate_config, "__edge_verl_wrapped__", False)
