@@ -1,6 +1,7 @@
-"""``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (registration self-check), ``cpu-overrides``,
-``run-identity`` (the recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper
-table: recipes per seed -> evaluation -> table and curves)."""
+"""``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (installation self-check), ``preflight`` (the
+plugin's checks on verl's composed config, before Ray starts), ``cpu-overrides``, ``run-identity`` (the
+recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper table: recipes per seed
+-> evaluation -> table and curves)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ def _parser() -> argparse.ArgumentParser:
     from edge_verl.integration.cpu.overrides import ROLLOUTS
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="train a tiny model with verl on CPU and plot the run")
-    demo.add_argument("--algorithm", choices=ALGORITHMS, default="grpo")
-    demo.add_argument("--steps", type=int, default=20)
+    demo.add_argument(
+        "--algorithm", choices=ALGORITHMS, default="grpo",
+        help="verl's grpo, edge_eda, gepo, or edge (EDA + GEC) (default grpo)",
+    )
+    demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
     demo.add_argument(
         "--eda-form", choices=EDA_FORMS, default="gradient",
@@ -31,12 +36,15 @@ def _parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=None,
         help="output folder (default runs/demo_<algorithm>_<trainer>, + _vllm with --rollout vllm)",
     )
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--lr", type=float, default=1e-3)
+    demo.add_argument("--seed", type=int, default=0, help="seed of the tiny model, the data and verl (default 0)")
+    demo.add_argument("--lr", type=float, default=1e-3, help="actor learning rate (default 1e-3, the tiny model's)")
     demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
     demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
-    commands.add_parser("doctor", help="check that import verl registers edge_verl's components")
+    commands.add_parser(
+        "doctor", help="check that import verl registers edge_verl's components and that every patched verl internal exists; "
+        "report the GPU stack",
+    )
     overrides = commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
     overrides.add_argument(
         "--backend", choices=("fsdp", "megatron"), default=None,
@@ -49,26 +57,84 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument(
         "--rollout", choices=ROLLOUTS, default="hf", help="the plugin's HF rollout (default) or verl's vLLM rollout"
     )
+    preflight = commands.add_parser(
+        "preflight",
+        help="check edge_verl's options and data in verl's composed config before Ray starts; record the run identity",
+        description="Compose verl's config from the same arguments main_ppo gets and run every check of the plugin "
+        "(estimator and GEC options, EDA's prerequisites, token budgets, data files and columns) in seconds. "
+        "With --method, also record or check the run identity in trainer.default_local_dir.",
+    )
+    preflight.add_argument("--config-name", default="ppo_trainer", help="verl's trainer config (ppo_trainer, ppo_megatron_trainer)")
+    preflight.add_argument("--config-path", default=None, help="a config folder or pkg:// module (default: verl's trainer/config)")
+    preflight.add_argument("--method", default=None, help="the run's method name (the recipes' METHOD): check the run identity")
+    preflight.add_argument("--tag", default="", help="with --method: what else tells this run apart (reproduce: table/row)")
+    preflight.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides, exactly as main_ppo gets them")
     identity = commands.add_parser("run-identity", help="record a run's identity in its checkpoint folder, or check it")
-    identity.add_argument("checkpoint_dir", type=Path)
-    for option in ("--method", "--model", "--train-file", "--backend", "--seed"):
-        identity.add_argument(option, required=True)
+    identity.add_argument("checkpoint_dir", type=Path, help="the run's trainer.default_local_dir")
+    for option, text in (
+        ("--method", "the recipe's METHOD"),
+        ("--model", "model path or hub id"),
+        ("--train-file", "training file (must exist: it is identified by its sha256)"),
+        ("--backend", "fsdp or megatron"),
+        ("--seed", "the run's seed"),
+    ):
+        identity.add_argument(option, required=True, help=text)
+    identity.add_argument("--tag", default="", help="what else tells this run apart (reproduce: table/row)")
     from edge_verl.reproduce.cli import add_reproduce_parser
 
     add_reproduce_parser(commands)
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edge-verl")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def _run_identity(args: argparse.Namespace) -> int:
     from edge_verl.run_identity import RunIdentityMismatch, check_or_record, describe
 
-    identity = describe(args.method, args.model, args.train_file, args.backend, args.seed)
     try:
+        identity = describe(args.method, args.model, args.train_file, args.backend, args.seed, args.tag)
         outcome = check_or_record(args.checkpoint_dir, identity)
-    except RunIdentityMismatch as error:
+    except (RunIdentityMismatch, FileNotFoundError) as error:
         print(f"edge-verl run-identity: {error}", file=sys.stderr)
         return 3
     print(f"edge-verl run-identity: {args.checkpoint_dir}: {outcome}")
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    import time
+
+    from edge_verl.integration.cpu.overrides import backend_of_config
+    from edge_verl.integration.preflight import PREFIX, PreflightFailed, compose_verl_config, preflight_or_exit, run_identity_of
+    from edge_verl.run_identity import RunIdentityMismatch, check_or_record
+
+    started = time.perf_counter()
+    try:
+        config = compose_verl_config(args.config_name, args.overrides, args.config_path)
+    except Exception as error:  # Hydra's composition errors: unknown key, bad override syntax, missing config
+        print(f"{PREFIX}: verl's config rejects the overrides: {error}", file=sys.stderr)
+        return 2
+    try:
+        run = preflight_or_exit(config)
+    except PreflightFailed as failed:
+        return failed.code
+    parts = [f"estimator {run.estimator}", f"GEC {'on' if run.gec_enabled else 'off'}"]
+    if args.method:
+        folder = Path(str(config.trainer.default_local_dir))
+        try:
+            identity = run_identity_of(config, args.method, backend_of_config(args.config_name), args.tag)
+            parts.append(f"run identity {check_or_record(folder, identity)} in {folder}")
+        except (RunIdentityMismatch, FileNotFoundError, ValueError) as error:
+            print(f"{PREFIX}: {error}", file=sys.stderr)
+            return 3
+    print(f"{PREFIX}: ok ({', '.join(parts)}; {time.perf_counter() - started:.1f} s)")
     return 0
 
 
@@ -97,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_doctor()
     if args.command == "run-identity":
         return _run_identity(args)
+    if args.command == "preflight":
+        return _preflight(args)
     if args.command == "reproduce":
         from edge_verl.reproduce.cli import run_reproduce
 

@@ -12,6 +12,8 @@ from edge_verl.reproduce.pipeline import (
     Run,
     Settings,
     _logger_with_file,
+    check_runs,
+    run_identity,
     build_table,
     planned_runs,
     run_folder,
@@ -71,12 +73,69 @@ def test_dry_run_lists_every_stage_and_writes_nothing(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("would prepare data")
     trains = [line for line in lines if line.startswith("would run train")]
-    assert len(trains) == 2 and "SEED=2" in trains[1] and "grpo_qwen2.5-math-7b_hard_1k_fsdp_seed2" in trains[1]
+    assert len(trains) == 2 and "SEED=2" in trains[1] and "EXPERIMENT_NAME=edge_hard_1k_grpo_7b_seed2" in trains[1]
+    assert trains[1].endswith(f"-> {tmp_path / 'out' / 'checkpoints' / 'grpo_7b_seed2'}")
     assert "MODEL_PATH=Qwen/Qwen2.5-Math-7B" in trains[0] and "run_grpo_qwen2.5-math-7b_fsdp.sh" in trains[0]
+    assert "RUN_TAG=edge_hard_1k/grpo_7b" in trains[0]
     assert sum(line.startswith("would run eval") for line in lines) == 3 and lines[-1].startswith("would write report")
     assert not (tmp_path / "out").exists()
     assert main(["reproduce", "gepo_math", "--seeds", "1", "--backend", "megatron", "--out", str(tmp_path / "g"), "--dry-run"]) == 0
-    assert "run_klcov_qwen3.5-9b_megatron.sh" in capsys.readouterr().out
+    output = capsys.readouterr().out
+    assert "run_klcov_qwen3.5-9b_megatron.sh" in output and "MODEL_PATH=Qwen/Qwen3.5-9B" in output
+
+
+def _train_lines(capsys) -> dict[str, str]:
+    lines = capsys.readouterr().out.splitlines()
+    return {line.split(":", 1)[0].removeprefix("would run train "): line for line in lines if line.startswith("would run train")}
+
+
+def test_per_row_models_land_in_distinct_folders_by_row_size_or_model_id(tmp_path, capsys):
+    argv = ["reproduce", "edge_hard_1k", "--seeds", "1", "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main([*argv, "--model", "1.5b=/models/m15", "--model", "Qwen/Qwen2.5-Math-7B=/models/m7", "--model", "edge_7b=/models/e7"]) == 0
+    trains = _train_lines(capsys)
+    expected = {"grpo_1.5b_seed1": "/models/m15", "edge_1.5b_seed1": "/models/m15", "grpo_7b_seed1": "/models/m7", "edge_7b_seed1": "/models/e7"}
+    assert {name: line.split("MODEL_PATH=", 1)[1].split()[0] for name, line in trains.items()} == expected
+    folders = [line.rsplit("-> ", 1)[1] for line in trains.values()]
+    assert len(set(folders)) == 4 and all(folder.endswith(name) for folder, name in zip(folders, trains))
+
+
+def test_one_model_for_rows_of_different_models_is_refused_before_anything_runs(tmp_path, capsys):
+    argv = ["reproduce", "edge_hard_1k", "--seeds", "1", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--set", "MODEL_PATH=/models/Qwen2.5-Math-7B"]) == 2
+    assert "--set MODEL_PATH would put every row on one model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    # rows of one model: MODEL_PATH is just where that model is
+    assert main([*argv, "--rows", "grpo_7b", "edge_7b", "--set", "MODEL_PATH=/m7", "--dry-run"]) == 0
+    assert all("MODEL_PATH=/m7" in line for line in _train_lines(capsys).values())
+    assert main([*argv, "--model", "70b=/x"]) == 2
+    assert "--model 70b: not a selected row, size or model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variable", ["CKPT_DIR", "CKPT_ROOT", "EXPERIMENT_NAME", "SEED", "TRAIN_FILE"])
+def test_variables_that_would_merge_runs_are_refused(tmp_path, capsys, variable):
+    assert main(["reproduce", "edge_hard_1k", "--out", str(tmp_path / "out"), "--set", f"{variable}=x"]) == 2
+    assert f"--set {variable}: the pipeline sets it per run" in capsys.readouterr().err
+
+
+def test_a_repeated_row_is_refused(tmp_path, capsys):
+    assert main(["reproduce", "edge_hard_1k", "--rows", "grpo_7b", "grpo_7b", "--out", str(tmp_path / "out")]) == 2
+    assert "each row once" in capsys.readouterr().err
+
+
+def test_a_finished_stage_of_another_run_in_the_same_out_is_refused_before_any_training(tmp_path, capsys):
+    """Same --out, another backend: the fsdp run's finished train stage must not count as the megatron one."""
+    settings = _settings(tmp_path, rows=["grpo_7b"], seeds=[1])
+    run = planned_runs(settings)[0]
+    folder = run_folder(settings, run)
+    folder.mkdir(parents=True)
+    (folder / "train.done.json").write_text(json.dumps({"identity": run_identity(settings, run), "step": 2}))
+    check_runs(settings, [run])  # the same run: fine (skipped later)
+    argv = ["reproduce", "edge_hard_1k", "--rows", "grpo_7b", "--seeds", "1", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--backend", "megatron"]) == 2
+    error = capsys.readouterr().err
+    assert "holds a finished train stage of another run" in error and "backend: 'fsdp' -> 'megatron'" in error
+    assert main([*argv, "--model", "grpo_7b=/models/other"]) == 2
+    assert "model: 'Qwen/Qwen2.5-Math-7B' -> '/models/other'" in capsys.readouterr().err
 
 
 def _fake_eval(folder: Path, avg: float, aime: float):
@@ -98,7 +157,7 @@ def test_table_is_mean_and_sample_std_over_seeds_next_to_the_paper(tmp_path):
     assert edge["columns"]["Avg"] == {"mean": pytest.approx(45.0), "std": pytest.approx(7.0710678), "n": 2, "paper": 47.24}
     assert table["rows"][0]["columns"]["Avg"] == {"mean": pytest.approx(30.0), "std": 0.0, "n": 1, "paper": 25.71}
     text = table_markdown(table)
-    assert "| EDGE-GRPO 1.5B | 2 | 45.00 ± 7.07 [47.24] | 15.00 ± 7.07 [10.00] |" in text
+    assert "| EDGE-GRPO 1.5B | Qwen/Qwen2.5-Math-1.5B | 2 | 45.00 ± 7.07 [47.24] | 15.00 ± 7.07 [10.00] |" in text
 
 
 def test_report_is_skipped_when_its_inputs_are_unchanged_and_redone_when_they_change(tmp_path):
@@ -117,14 +176,10 @@ def test_report_is_skipped_when_its_inputs_are_unchanged_and_redone_when_they_ch
 
 
 def _fake_recipes(folder: Path, exit_code: int) -> Path:
-    """Recipes standing in for the real ones: DRY_RUN prints the overrides the pipeline reads; the run fails."""
+    """Recipes standing in for the real ones: they log what they were given and exit with ``exit_code``."""
     folder.mkdir()
     for recipe in {r for row in TABLES["edge_hard_1k"].rows for r in row.recipes.values()}:
-        (folder / recipe).write_text(
-            '#!/usr/bin/env bash\n'
-            'if [ "${DRY_RUN:-0}" = 1 ]; then echo "trainer.default_local_dir=$CKPT_ROOT/x_seed$SEED"; exit 0; fi\n'
-            f'echo "training $SEED on $TRAIN_FILE"; exit {exit_code}\n'
-        )
+        (folder / recipe).write_text(f'#!/usr/bin/env bash\necho "training $SEED on $TRAIN_FILE in $CKPT_DIR"; exit {exit_code}\n')
     return folder
 
 
@@ -151,6 +206,6 @@ def test_a_failed_stage_stops_with_the_path_of_its_log_and_is_retried_next_time(
 
 def test_random_1k_unavailable_fails_the_data_stage_loudly(tmp_path, capsys):
     argv = ["reproduce", "edge_random_1k", "--seeds", "1", "--rows", "grpo_1.5b", "--out", str(tmp_path / "out"),
-            "--random-source", "", "--recipes", str(_fake_recipes(tmp_path / "recipes", exit_code=0))]
+            "--random-source", str(tmp_path / "missing.parquet"), "--recipes", str(_fake_recipes(tmp_path / "recipes", exit_code=0))]
     assert main(argv) == 1
     assert "stage 'data' failed: Random-1K needs the DeepScaleR-Preview data set" in capsys.readouterr().err

@@ -7,18 +7,32 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from edge_verl.data import DEEPSCALER_HUB_ID, EVAL_SETS, PAPER_EVAL, RandomSource
+from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
 from edge_verl.reproduce.tables import BACKENDS, TABLES
 
 USAGE = """examples:
   edge-verl reproduce edge_hard_1k --seeds 1 2 3                  # EDGE-GRPO Table 2, FSDP recipes
   edge-verl reproduce edge_random_1k --seeds 1 2 3 --backend megatron --rows grpo_7b edge_7b
   edge-verl reproduce gepo_math --seeds 1 2 3 --dry-run            # list the stages and commands
+  edge-verl reproduce edge_hard_1k --model 1.5b=/models/Qwen2.5-Math-1.5B --model 7b=/models/Qwen2.5-Math-7B
   edge-verl reproduce edge_hard_1k --seeds 1 2 --set NGPUS_PER_NODE=4 --set MICRO_BATCH_SIZE=2
 
-Tables: {tables}.
+Tables and rows (row: model on fsdp / on megatron):
+{tables}
 Every stage is skipped when done (re-run the same command to resume); a failed stage prints its log path.
 """
+
+
+def describe_tables() -> str:
+    """The tables, each row with the model it runs on each backend (the --help listing)."""
+    lines = []
+    for key, table in TABLES.items():
+        lines.append(f"  {key}: {table.title}")
+        for row in table.rows:
+            models = sorted(set(row.models.values()))
+            shown = models[0] if len(models) == 1 else " / ".join(row.models[b] for b in BACKENDS)
+            lines.append(f"    {row.key:<14} {shown}{'' if row.trains else '  (evaluated only)'}")
+    return "\n".join(lines)
 
 
 def default_recipes_dir() -> Path:
@@ -40,32 +54,36 @@ def add_reproduce_parser(commands) -> None:
     parser = commands.add_parser(
         "reproduce",
         help="run a paper table: each row's recipe per seed, evaluation, table and curves",
-        epilog=USAGE.format(tables=", ".join(f"{key} ({table.title})" for key, table in TABLES.items())),
+        epilog=USAGE.format(tables=describe_tables()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("table", choices=sorted(TABLES))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--backend", choices=BACKENDS, default="fsdp")
-    parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: all)")
-    parser.add_argument("--out", type=Path, default=None, help="default runs/reproduce/<table>_<backend>")
+    parser.add_argument("table", choices=sorted(TABLES), help="the paper table to reproduce (rows listed below)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds, one run per row and seed (default 1 2 3)")
+    parser.add_argument("--backend", choices=BACKENDS, default="fsdp", help="the recipes' training backend (default fsdp)")
+    parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: all; names below)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/reproduce/<table>_<backend>)")
     parser.add_argument("--data-dir", type=Path, default=None, help="prepared data (default OUT/data; prepared when missing)")
     parser.add_argument("--recipes", type=Path, default=None, help="recipes folder (default: the checkout's recipes/)")
+    parser.add_argument("--model", dest="models", type=_key_value, action="append", default=[], metavar="KEY=PATH",
+                        help="the model for a row (grpo_7b=PATH), a size (7b=PATH) or a model id (Qwen/Qwen2.5-Math-7B=PATH); repeatable")
     parser.add_argument("--set", dest="env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                        help="a recipe variable for every run (MODEL_PATH, TRAIN_BATCH_SIZE, EDGE_VERL_CPU, ...)")
+                        help="a recipe variable for every run (TRAIN_BATCH_SIZE, NGPUS_PER_NODE, EDGE_VERL_CPU, ...)")
     parser.add_argument("--train-file", type=_key_value, action="append", default=[], metavar="SET=PATH",
                         help="use PATH for training set SET (GEC rows read PATH's *_gec.parquet sibling)")
-    parser.add_argument("--random-source", default=DEEPSCALER_HUB_ID, help="DeepScaleR-Preview: hub id or local copy")
-    parser.add_argument("--random-pool", nargs="*", type=Path, default=[], help="offline Random-1K fallback pools")
-    parser.add_argument("--eval-benchmarks", nargs="*", default=[*PAPER_EVAL, "aime25"], choices=EVAL_SETS)
+    parser.add_argument("--random-source", default=None,
+                        help="re-draw Random-1K from DeepScaleR-Preview (hub id or local copy) instead of the shipped draw")
+    parser.add_argument("--random-pool", nargs="*", type=Path, default=[], help="re-draw Random-1K from these local problem pools")
+    parser.add_argument("--eval-benchmarks", nargs="*", default=[*PAPER_EVAL, "aime25"], choices=EVAL_SETS,
+                        help="benchmarks to evaluate (default: the papers' five and AIME25)")
     parser.add_argument("--eval-limit", type=int, default=None, help="first N problems per benchmark (slices)")
-    parser.add_argument("--eval-max-new-tokens", type=int, default=3000)
-    parser.add_argument("--eval-temperature", type=float, default=0.1)
+    parser.add_argument("--eval-max-new-tokens", type=int, default=3000, help="generation budget per problem (paper: 3000)")
+    parser.add_argument("--eval-temperature", type=float, default=0.1, help="sampling temperature (paper: 0.1)")
     parser.add_argument("--eval-extra", nargs="*", type=Path, default=[], help="extra benchmarks (problem, answer)")
     parser.add_argument("--dry-run", action="store_true", help="list the stages (done / to run) and their commands")
 
 
 def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
-    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, Settings, StageFailed, table_markdown
+    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, RunCollision, Settings, StageFailed, table_markdown
 
     try:
         settings = Settings(
@@ -77,6 +95,7 @@ def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
             data_dir=args.data_dir,
             rows=args.rows,
             env=dict(args.env),
+            models=dict(args.models),
             train_files={key: Path(value) for key, value in args.train_file},
             evaluation=EvalSettings(
                 benchmarks=tuple(args.eval_benchmarks),
@@ -93,6 +112,9 @@ def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
         return 2
     try:
         table = Pipeline(settings, log=lambda line: print(line, flush=True), cwd=cwd).run()
+    except RunCollision as error:
+        print(f"edge-verl reproduce: {error}", file=sys.stderr)
+        return 2
     except StageFailed as error:
         print(f"edge-verl reproduce: {error}", file=sys.stderr)
         return 1

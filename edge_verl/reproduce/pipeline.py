@@ -5,13 +5,17 @@ Stages and where they write (``OUT`` = ``--out``):
 - ``data``: the training sets the table needs and the evaluation sets, in ``DATA_DIR`` (skipped when every
   file is there);
 - ``train <row> seed <N>``: the row's recipe, unchanged, as a user runs it (``bash recipes/<recipe>``) with
-  SEED, MODEL_PATH, TRAIN_FILE, CKPT_ROOT=OUT/checkpoints and verl's file logger pointed at
+  SEED, the row's MODEL_PATH (the table's model for the backend, or ``--model``), TRAIN_FILE, its own
+  CKPT_DIR=OUT/checkpoints/<row>_seed<N>, RUN_TAG=<table>/<row> (part of the run identity the recipe
+  records), PYTHON=this interpreter and verl's file logger pointed at
   ``OUT/runs/<row>_seed<N>/metrics/attempt_<k>.jsonl`` (one file per attempt: a resumed run restarts verl's
   logger); output in ``train.log``; done when verl exits 0 and the final checkpoint has HF weights;
 - ``eval <row> [seed <N>]``: ``python -m edge_verl.evaluation`` on that checkpoint (a base-model row: on the
   model itself) into ``OUT/runs/<run>/eval/``;
 - ``report``: ``OUT/table.md``, ``OUT/table.json``, ``OUT/curves.png``.
 
+Before anything runs, ``check_runs`` refuses two runs in one folder and a folder whose finished stage
+belongs to another run (table, row, backend, model, recipe, training file: ``run_identity``).
 Resumable: a stage that finished wrote ``<stage>.done.json`` and is skipped next time (the report when its
 inputs are unchanged); a re-run of an interrupted training stage resumes from its last checkpoint (verl's
 ``resume_mode=auto``; the recipes' run identity guarantees it is the same run). A failed stage stops the
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -66,13 +71,35 @@ class EvalSettings:
         return args
 
 
+# Recipe variables the pipeline sets per run: a --set for one of them would give every run the same value
+# (every seed one SEED, every row one folder), so it is refused with the option that does it right.
+PIPELINE_VARIABLES = {
+    "SEED": "--seeds",
+    "TRAIN_FILE": "--train-file SET=PATH",
+    "DATA_DIR": "--data-dir",
+    "CKPT_DIR": "--out (each run trains in OUT/checkpoints/<row>_seed<N>)",
+    "CKPT_ROOT": "--out (each run trains in OUT/checkpoints/<row>_seed<N>)",
+    "EXPERIMENT_NAME": "--out (each run is named <table>_<row>_seed<N>)",
+    "RUN_TAG": "nothing (the pipeline tags each run with its table and row)",
+    "DRY_RUN": "--dry-run",
+    "VERL_FILE_LOGGER_PATH": "nothing (the pipeline logs each run to OUT/runs/<run>/metrics)",
+}
+
+
+class RunCollision(ValueError):
+    """Two runs would share a folder, or a folder holds another run's finished stage."""
+
+
 @dataclass
 class Settings:
     """Everything one ``edge-verl reproduce`` invocation needs (see edge_verl.reproduce.cli for the flags).
 
-    env: variables set for every recipe run (the recipes' knobs: MODEL_PATH, TRAIN_BATCH_SIZE, EDGE_VERL_CPU,
-    ...), applied after the pipeline's own; train_files: a training set replaced by a user's file
-    (``<set> -> path``; the GEC rows use ``<stem>_gec.parquet`` next to it).
+    env: variables set for every recipe run (the recipes' knobs: TRAIN_BATCH_SIZE, EDGE_VERL_CPU, ...),
+    applied after the pipeline's own (``PIPELINE_VARIABLES`` are refused); models: ``--model KEY=PATH``
+    where KEY is a row key, a model size (``7b``) or the model a row runs (``Qwen/Qwen2.5-Math-7B``), the
+    most specific winning; MODEL_PATH in env is accepted only when every selected row runs the same model;
+    train_files: a training set replaced by a user's file (``<set> -> path``; the GEC rows use
+    ``<stem>_gec.parquet`` next to it).
     """
 
     table: Table
@@ -83,6 +110,7 @@ class Settings:
     data_dir: Optional[Path] = None
     rows: Optional[Sequence[str]] = None
     env: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
     train_files: dict[str, Path] = field(default_factory=dict)
     evaluation: EvalSettings = EvalSettings()
     random_source: RandomSource = RandomSource()
@@ -93,6 +121,8 @@ class Settings:
             raise ValueError(f"backend {self.backend!r}; allowed: {list(BACKENDS)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {list(self.seeds)}: give at least one, each once")
+        if self.rows is not None and len(set(self.rows)) != len(self.rows):
+            raise RunCollision(f"rows {list(self.rows)}: each row once (a repeated row would train into the same folders)")
         self.out = Path(self.out).resolve()
         self.data_dir = Path(self.data_dir).resolve() if self.data_dir is not None else self.out / "data"
         for row in self.selected_rows():
@@ -103,6 +133,24 @@ class Settings:
         unknown = set(self.train_files) - set(self.table.train_sets)
         if unknown:
             raise ValueError(f"--train-file for {sorted(unknown)}: the table trains on {list(self.table.train_sets)}")
+        for key, option in PIPELINE_VARIABLES.items():
+            if key in self.env:
+                raise RunCollision(f"--set {key}: the pipeline sets it per run; use {option}")
+        self._check_models()
+
+    def _check_models(self) -> None:
+        rows = self.selected_rows()
+        keys = {row.key for row in rows} | {row.size for row in rows if row.size} | {row.model(self.backend) for row in rows}
+        unknown = sorted(set(self.models) - keys)
+        if unknown:
+            raise ValueError(f"--model {', '.join(unknown)}: not a selected row, size or model; choose from {sorted(keys)}")
+        if "MODEL_PATH" in self.env:
+            defaults = sorted({row.model(self.backend) for row in rows})
+            if len(defaults) > 1:
+                raise RunCollision(
+                    f"--set MODEL_PATH would put every row on one model, but the rows run {', '.join(defaults)} on "
+                    f"{self.backend}: use --model ROW_OR_SIZE=PATH (e.g. --model 7b=/models/Qwen2.5-Math-7B)"
+                )
 
     def selected_rows(self) -> list[Row]:
         if self.rows is None:
@@ -110,7 +158,12 @@ class Settings:
         return [self.table.row(key) for key in self.rows]
 
     def model_of(self, row: Row) -> str:
-        return self.env.get("MODEL_PATH") or row.model
+        """The model ``row`` runs on this backend: --model by row, by model, by size, MODEL_PATH, the table's."""
+        default = row.model(self.backend)
+        for key in (row.key, default, row.size):
+            if key is not None and key in self.models:
+                return self.models[key]
+        return self.env.get("MODEL_PATH") or default
 
     def train_file(self, row: Row) -> Path:
         given = self.train_files.get(row.train_set)
@@ -143,6 +196,39 @@ def run_folder(settings: Settings, run: Run) -> Path:
     return settings.out / "runs" / run.name
 
 
+def checkpoint_folder(settings: Settings, run: Run) -> Path:
+    """Where a run trains (verl's trainer.default_local_dir): one folder per row and seed."""
+    return settings.out / "checkpoints" / run.name
+
+
+def run_identity(settings: Settings, run: Run) -> dict:
+    """What a run is: recorded with its finished stages and compared before any of them is skipped."""
+    row = run.row
+    identity = {"table": settings.table.key, "row": row.key, "backend": settings.backend, "model": settings.model_of(row)}
+    if row.trains:
+        identity.update(seed=run.seed, recipe=row.recipes[settings.backend], train_file=str(settings.train_file(row)))
+    return identity
+
+
+def check_runs(settings: Settings, runs: Sequence[Run]) -> None:
+    """Before anything runs: no two runs share a folder, and no folder holds a finished stage of another
+    run (another table, row, backend, model, recipe or training file in the same --out)."""
+    folders = [checkpoint_folder(settings, run) for run in runs if run.row.trains]
+    if len(set(folders)) != len(folders):
+        raise RunCollision(f"two runs would train in the same folder: {sorted(map(str, folders))}")
+    for run in runs:
+        for stage in ("train", "eval"):
+            done = _done(run_folder(settings, run), stage)
+            recorded = (done or {}).get("identity")
+            current = run_identity(settings, run)
+            if recorded is not None and recorded != current:
+                changed = ", ".join(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in current if recorded.get(key) != current.get(key))
+                raise RunCollision(
+                    f"{run_folder(settings, run)} holds a finished {stage} stage of another run ({changed}); use another "
+                    f"--out for this one, or delete {run_folder(settings, run)} and {checkpoint_folder(settings, run)} to redo it"
+                )
+
+
 def _done(folder: Path, stage: str) -> Optional[dict]:
     marker = folder / f"{stage}{DONE_SUFFIX}"
     return json.loads(marker.read_text()) if marker.exists() else None
@@ -163,34 +249,21 @@ def _logger_with_file(value: Optional[str]) -> str:
 def recipe_environment(settings: Settings, run: Run, metrics_file: Path) -> dict[str, str]:
     """The environment a row's recipe runs with: the pipeline's variables, then the user's (--set)."""
     row = run.row
-    env = {
-        "SEED": str(run.seed),
-        "DATA_DIR": str(settings.data_dir),
-        "TRAIN_FILE": str(settings.train_file(row)),
-        "CKPT_ROOT": str(settings.out / "checkpoints"),
-    }
-    if row.model:
-        env["MODEL_PATH"] = row.model
-    env.update(settings.env)
-    # The recipes call `python -m verl...` / `python -m edge_verl.cli`: this interpreter's environment.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**settings.env}
+    env.update(
+        SEED=str(run.seed),
+        DATA_DIR=str(settings.data_dir),
+        TRAIN_FILE=str(settings.train_file(row)),
+        MODEL_PATH=settings.model_of(row),
+        CKPT_DIR=str(checkpoint_folder(settings, run)),
+        EXPERIMENT_NAME=f"{settings.table.key}_{run.name}",
+        RUN_TAG=f"{settings.table.key}/{row.key}",
+        # The recipes run verl with $PYTHON: this interpreter, whose environment has edge_verl.
+        PYTHON=env.get("PYTHON", sys.executable),
+    )
     env["LOGGER"] = _logger_with_file(env.get("LOGGER"))
     env["VERL_FILE_LOGGER_PATH"] = str(metrics_file)
     return env
-
-
-def recipe_overrides(recipe: Path, env: dict[str, str]) -> dict[str, str]:
-    """The Hydra overrides a recipe would pass to verl (its DRY_RUN=1 output) as key -> value."""
-    completed = subprocess.run(
-        ["bash", str(recipe)], env={**os.environ, **env, "DRY_RUN": "1"}, capture_output=True, text=True
-    )
-    if completed.returncode != 0:
-        raise ValueError(f"{recipe.name} DRY_RUN=1 failed: {completed.stderr.strip()[-2000:]}")
-    overrides = {}
-    for line in completed.stdout.splitlines():
-        key, _, value = line.partition("=")
-        overrides[key.lstrip("+")] = value
-    return overrides
 
 
 def _stream_to(log: Path, command: list[str], env: dict[str, str], cwd: Path) -> int:
@@ -251,17 +324,15 @@ class Pipeline:
         recipe = settings.recipes_dir / run.row.recipes[settings.backend]
         attempt = len(list((folder / "metrics").glob("attempt_*.jsonl"))) + 1
         env = recipe_environment(settings, run, folder / "metrics" / f"attempt_{attempt}.jsonl")
-        overrides = recipe_overrides(recipe, env)
-        checkpoint_dir = Path(overrides["trainer.default_local_dir"])
-        checkpoint_dir = checkpoint_dir if checkpoint_dir.is_absolute() else self.cwd / checkpoint_dir
+        checkpoint_dir = checkpoint_folder(settings, run)
         command = ["bash", str(recipe)]
         if settings.dry_run:
-            shown = " ".join(f"{key}={value}" for key, value in env.items() if key != "PATH")
+            shown = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
             self.log(f"would run {stage}: {shown} {' '.join(command)}  -> {checkpoint_dir}")
             return None
-        self.log(f"run   {stage}: {recipe.name} -> {checkpoint_dir} (log {folder / 'train.log'})")
+        self.log(f"run   {stage}: {recipe.name} on {env['MODEL_PATH']} -> {checkpoint_dir} (log {folder / 'train.log'})")
         (folder / "metrics").mkdir(parents=True, exist_ok=True)
-        (folder / "command.json").write_text(json.dumps({"command": command, "env": env, "overrides": overrides}, indent=2) + "\n")
+        (folder / "command.json").write_text(json.dumps({"command": command, "env": env}, indent=2) + "\n")
         started = time.time()
         returncode = _stream_to(folder / "train.log", command, env, self.cwd)
         if returncode != 0:
@@ -271,8 +342,9 @@ class Pipeline:
         except FileNotFoundError as error:
             raise StageFailed(stage, folder / "train.log", str(error)) from error
         record = {
+            "identity": run_identity(settings, run),
             "recipe": recipe.name,
-            "experiment_name": overrides.get("trainer.experiment_name"),
+            "experiment_name": env["EXPERIMENT_NAME"],
             "checkpoint_dir": str(checkpoint_dir),
             "step": step,
             "hf_weights": str(weights),
@@ -299,7 +371,7 @@ class Pipeline:
         returncode = _stream_to(folder / "eval.log", command, {}, self.cwd)
         if returncode != 0 or load_eval_table(folder / "eval") is None:
             raise StageFailed(stage, folder / "eval.log", f"evaluation exited with {returncode}")
-        _mark_done(folder, "eval", {"model": str(model), "settings": settings.evaluation.arguments()})
+        _mark_done(folder, "eval", {"identity": run_identity(settings, run), "model": str(model), "settings": settings.evaluation.arguments()})
 
     def report(self, runs: list[Run]) -> Optional[dict]:
         settings = self.settings
@@ -329,8 +401,9 @@ class Pipeline:
         return table
 
     def run(self) -> Optional[dict]:
-        self.prepare_data()
         runs = planned_runs(self.settings)
+        check_runs(self.settings, runs)
+        self.prepare_data()
         for run in runs:
             trained = self.train(run) if run.row.trains else None
             self.evaluate(run, trained)
@@ -362,7 +435,7 @@ def build_table(settings: Settings, runs: list[Run]) -> dict:
             if values:
                 mean, std, count = mean_std(values)
                 columns[column] = {"mean": mean, "std": std, "n": count, "paper": row.paper.get(column)}
-        rows.append({"key": row.key, "label": row.label, "model": settings.model_of(row) or "(recipe default)", "per_seed": per_seed, "columns": columns})
+        rows.append({"key": row.key, "label": row.label, "model": settings.model_of(row), "per_seed": per_seed, "columns": columns})
     return {
         "table": settings.table.key,
         "title": settings.table.title,
@@ -379,7 +452,7 @@ def table_markdown(table: dict) -> str:
     """Rows x (Avg, benchmarks): "mean ± std" over seeds (pass@1 %), the paper's number in brackets."""
     lines = [f"## {table['title']} ({table['backend']}, seeds {', '.join(map(str, table['seeds']))})", ""]
     columns = table["columns"]
-    lines += ["| row | n | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    lines += ["| row | model | n | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
     for row in table["rows"]:
         cells = []
         for column in columns:
@@ -390,6 +463,6 @@ def table_markdown(table: dict) -> str:
             paper = f" [{entry['paper']:.2f}]" if entry["paper"] is not None else ""
             cells.append(f"{entry['mean']:.2f} ± {entry['std']:.2f}{paper}")
         count = max((entry["n"] for entry in row["columns"].values()), default=0)
-        lines.append(f"| {row['label']} | {count} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row['label']} | {row['model']} | {count} | " + " | ".join(cells) + " |")
     lines += ["", "pass@1 (%), mean ± sample std over seeds; [paper's number]. " + table["note"]]
     return "\n".join(lines)

@@ -26,20 +26,33 @@ def _paper(avg: float, *per_benchmark: float) -> dict[str, float]:
 @dataclass(frozen=True)
 class Row:
     """One row: ``recipes`` maps a backend to the recipe file that trains it ({} for a base-model row,
-    which is evaluated only); ``model`` is passed as MODEL_PATH; ``train_set`` names the prepared file
-    ``train_<set>[_gec].parquet``; ``paper`` holds the reported pass@1 (%) by column."""
+    which is evaluated only); ``models`` maps a backend to the model it runs (passed as MODEL_PATH, so the
+    table, not a recipe default, says which model each backend runs); ``size`` is the model size a user
+    names in ``--model SIZE=PATH``; ``train_set`` names the prepared file ``train_<set>[_gec].parquet``;
+    ``paper`` holds the reported pass@1 (%) by column."""
 
     key: str
     label: str
-    model: str
+    models: Mapping[str, str]
     recipes: Mapping[str, str] = field(default_factory=dict)
     train_set: Optional[str] = None
     gec: bool = False
     paper: Mapping[str, float] = field(default_factory=dict)
+    size: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        missing = set(self.recipes) - set(self.models)
+        if missing:
+            raise ValueError(f"row {self.key}: recipes for {sorted(missing)} but no model")
 
     @property
     def trains(self) -> bool:
         return bool(self.recipes)
+
+    def model(self, backend: str) -> str:
+        if backend not in self.models:
+            raise ValueError(f"row {self.key} has no model for backend {backend} (has {sorted(self.models)})")
+        return self.models[backend]
 
     def train_file(self, data_dir: Path) -> Path:
         suffix = "_gec" if self.gec else ""
@@ -68,15 +81,24 @@ MATH_1_5B = "Qwen/Qwen2.5-Math-1.5B"
 MATH_7B = "Qwen/Qwen2.5-Math-7B"
 EDGE_RECIPES = {size: {b: f"run_edge_qwen2.5-math-{size}_{b}.sh" for b in BACKENDS} for size in ("1.5b", "7b")}
 GRPO_EDGE_KNOBS = {b: f"run_grpo_qwen2.5-math-7b_{b}.sh" for b in BACKENDS}  # MODEL_PATH picks the size
+# GEPO's table runs Qwen2.5-7B with the FSDP recipes and Qwen3.5-9B with the Megatron ones (the recipes' own
+# models); a user who wants one model on both backends passes --model.
+GEPO_MODELS = {"fsdp": "Qwen/Qwen2.5-7B", "megatron": "Qwen/Qwen3.5-9B"}
+
+
+def _every_backend(model: str) -> dict[str, str]:
+    return {backend: model for backend in BACKENDS}
 
 
 def _edge_table(key: str, title: str, train_set: str, numbers: Mapping[str, dict]) -> Table:
     rows = []
     for size, model in (("1.5b", MATH_1_5B), ("7b", MATH_7B)):
+        models = _every_backend(model)
         rows += [
-            Row(f"base_{size}", f"{model} (base)", model, paper=numbers[f"base_{size}"]),
-            Row(f"grpo_{size}", f"GRPO {size.upper()}", model, GRPO_EDGE_KNOBS, train_set, paper=numbers[f"grpo_{size}"]),
-            Row(f"edge_{size}", f"EDGE-GRPO {size.upper()}", model, EDGE_RECIPES[size], train_set, gec=True, paper=numbers[f"edge_{size}"]),
+            Row(f"base_{size}", f"{model} (base)", models, paper=numbers[f"base_{size}"], size=size),
+            Row(f"grpo_{size}", f"GRPO {size.upper()}", models, GRPO_EDGE_KNOBS, train_set, paper=numbers[f"grpo_{size}"], size=size),
+            Row(f"edge_{size}", f"EDGE-GRPO {size.upper()}", models, EDGE_RECIPES[size], train_set, gec=True,
+                paper=numbers[f"edge_{size}"], size=size),
         ]
     note = (
         "EDGE-GRPO (arXiv 2507.21848): G = 8, 1 prompt per step, 1000 steps, one sample per problem at T = 0.1, "
@@ -120,7 +142,7 @@ TABLES: dict[str, Table] = {
             Row(
                 method,
                 label,
-                "",  # the recipe's own model: Qwen2.5-7B (FSDP) or Qwen3.5-9B (Megatron)
+                GEPO_MODELS,  # GEPO's two models: one per backend's recipes
                 {"fsdp": f"run_{method}_qwen7b.sh", "megatron": f"run_{method}_qwen3.5-9b_megatron.sh"},
                 "random_1k",
             )

@@ -3,13 +3,20 @@
 # their METHOD_ARGS and an FSDP/Megatron twin only in its BACKEND_ARGS. Every variable can be set from
 # the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (the case
 # at the end: the papers' methods, their baselines and ablations), BACKEND (fsdp, megatron) and KNOBS
-# (edge, gepo: whose training setup),
-# sets MODEL_PATH and TRAIN_FILE defaults, sources this file and calls run_recipe "$@".
+# (edge, gepo: whose training setup), sets the MODEL_PATH default and TRAIN_SET (the prepared file it
+# trains on, DATA_DIR/TRAIN_SET.parquet), sources this file and calls run_recipe "$@".
 #
-# Run identity: the experiment name and checkpoint folder are METHOD_MODEL_TRAINSET_BACKEND_seedN, and
-# before verl starts `edge-verl run-identity` checks the folder's recorded identity, so verl's
-# resume_mode=auto resumes the same run but never another run's checkpoint (it stops and names the
-# setting that differs). Every checkpoint includes HF weights (actor/huggingface) for evaluation.
+# Recipes work from any directory: DATA_DIR and CKPT_ROOT default to data/ and checkpoints/ in the
+# repository (paths given in the environment are taken as given, relative to the working directory).
+# verl runs with $PYTHON (default: the active environment's python), which must import verl and edge_verl.
+#
+# Before verl starts, `edge-verl preflight` composes verl's config from the very overrides verl will get
+# and checks every option of the plugin and the data files (seconds, not minutes after Ray and model
+# load), then the run identity: the experiment name and checkpoint folder are
+# METHOD_MODEL_TRAINSET_BACKEND_seedN, and the folder's recorded identity (method, model, training data
+# sha256, backend, seed, RUN_TAG) must match, so verl's resume_mode=auto resumes the same run but never
+# another run's checkpoint (it stops and names the setting that differs). Every checkpoint includes HF
+# weights (actor/huggingface) for evaluation.
 #
 # Deliberate deviation: verl 0.9.1's FSDP optimizer offers constant or cosine schedules, not the paper's
 # linear decay; FSDP recipes use LR_SCHEDULER=cosine (decays to 0 like linear decay). Megatron has linear.
@@ -31,14 +38,21 @@ case "${KNOBS:?the recipe sets KNOBS (edge or gepo)}" in
         ;;
     *) echo "recipe error: KNOBS=$KNOBS (edge or gepo)" >&2; exit 2 ;;
 esac
-DATA_DIR=${DATA_DIR:-data}
-TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/train_hard_1k.parquet}
+EDGE_VERL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PYTHON=${PYTHON:-$(command -v python || command -v python3 || true)}
+if [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("verl") and u.find_spec("edge_verl")))' 2>/dev/null; then
+    echo "recipe error: PYTHON=${PYTHON:-<none>} cannot import verl and edge_verl; activate the environment that has them" \
+        "(e.g. source $EDGE_VERL_ROOT/.venv/bin/activate) or set PYTHON=/path/to/bin/python" >&2
+    exit 2
+fi
+DATA_DIR=${DATA_DIR:-$EDGE_VERL_ROOT/data}
+TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/${TRAIN_SET:-train_hard_1k}.parquet}
 VAL_FILES=${VAL_FILES:-"[$DATA_DIR/eval_aime24.parquet,$DATA_DIR/eval_amc.parquet,$DATA_DIR/eval_math500.parquet,$DATA_DIR/eval_minerva.parquet,$DATA_DIR/eval_olympiad_bench.parquet]"}
 NNODES=${NNODES:-1}
 NGPUS_PER_NODE=${NGPUS_PER_NODE:-8}
 TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-1}        # prompts per step (paper: 1 prompt per optimizer step)
 MINI_BATCH_SIZE=${MINI_BATCH_SIZE:-$TRAIN_BATCH_SIZE}
-MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}        # per GPU
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}        # sequences per GPU per forward pass (used with USE_DYNAMIC_BSZ=False)
 ROLLOUT_N=${ROLLOUT_N:-8}                      # responses per prompt (G)
 MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
 # GEC's correction grows past the sample, as in the reference: the phrase plus up to 256 more tokens. GEC
@@ -69,6 +83,14 @@ esac
 # entropy computed in the update); False = the detached advantage.
 EDA_ENTROPY_GRADIENT=${EDA_ENTROPY_GRADIENT:-True}
 GEPO_SYMMETRIC_ALPHA=${GEPO_SYMMETRIC_ALPHA:-0.5}  # gepo_symmetric: one factor for both sides (the positive one)
+# Dynamic batch sizes (verl's GPU examples: *_seq_balance.sh, DAPO): each GPU packs micro-batches up to a
+# token budget instead of MICRO_BATCH_SIZE sequences. The budgets must hold one full sequence
+# (MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH); the defaults give the update 8 of them and the no-gradient
+# log-prob passes twice that. Lower them on out-of-memory errors; USE_DYNAMIC_BSZ=False goes back to
+# MICRO_BATCH_SIZE sequences per pass. Gradients do not depend on it (verl scales each micro-batch's loss).
+USE_DYNAMIC_BSZ=${USE_DYNAMIC_BSZ:-True}
+PPO_MAX_TOKEN_LEN_PER_GPU=${PPO_MAX_TOKEN_LEN_PER_GPU:-$(((MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) * 8))}
+LOG_PROB_MAX_TOKEN_LEN_PER_GPU=${LOG_PROB_MAX_TOKEN_LEN_PER_GPU:-$((PPO_MAX_TOKEN_LEN_PER_GPU * 2))}
 TEMPERATURE=${TEMPERATURE:-0.6}
 LR=${LR:-1e-6}
 LR_SCHEDULER=${LR_SCHEDULER:-cosine}
@@ -82,17 +104,25 @@ SAVE_FREQ=${SAVE_FREQ:-100}                    # verl also saves the last step (
 MAX_CKPT_TO_KEEP=${MAX_CKPT_TO_KEEP:-2}        # each 7B checkpoint is ~15 GB of HF weights + optimizer state
 VAL_BEFORE_TRAIN=${VAL_BEFORE_TRAIN:-True}
 PROJECT_NAME=${PROJECT_NAME:-edge_verl}
+RUN_TAG=${RUN_TAG:-}                           # part of the run identity (edge-verl reproduce: table/row)
 MODEL_TAG=$(basename "$MODEL_PATH" | tr '[:upper:]' '[:lower:]')
 TRAIN_TAG=$(basename "$TRAIN_FILE" .parquet)
 TRAIN_TAG=${TRAIN_TAG#train_}
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-${METHOD}_${MODEL_TAG}_${TRAIN_TAG}_${BACKEND}_seed${SEED}}
-CKPT_ROOT=${CKPT_ROOT:-checkpoints}
+CKPT_ROOT=${CKPT_ROOT:-$EDGE_VERL_ROOT/checkpoints}  # multi-node: a path every node sees (shared storage)
 CKPT_DIR=${CKPT_DIR:-$CKPT_ROOT/$PROJECT_NAME/$EXPERIMENT_NAME}
-LOGGER=${LOGGER:-"[console,wandb]"}            # add "file" and set VERL_FILE_LOGGER_PATH for per-step JSONL
+# verl's loggers: console and file by default (no account needed); LOGGER="[console,file,wandb]" (needs
+# WANDB_API_KEY) or tensorboard (TENSORBOARD_DIR) opt in. The file logger writes one JSON line per step to
+# VERL_FILE_LOGGER_PATH, by default a new file per start under the run's folder (a resumed run keeps its
+# earlier files; verl's file logger truncates the file it opens).
+LOGGER=${LOGGER:-"[console,file]"}
+if [ -z "${VERL_FILE_LOGGER_PATH:-}" ]; then
+    VERL_FILE_LOGGER_PATH=$CKPT_DIR/metrics/metrics_$(date +%Y%m%d_%H%M%S).jsonl
+fi
 EDGE_VERL_CPU=${EDGE_VERL_CPU:-0}              # 1: run on CPU with the plugin's backend (tiny models only)
 CPU_TENSOR_PARALLEL=${CPU_TENSOR_PARALLEL:-1}  # EDGE_VERL_CPU=1, Megatron: tensor-parallel gloo processes
 CPU_ROLLOUT=${CPU_ROLLOUT:-hf}                 # EDGE_VERL_CPU=1: hf (the plugin's) or vllm (vLLM's CPU build)
-DRY_RUN=${DRY_RUN:-0}                          # 1: print the overrides, one per line, and exit
+DRY_RUN=${DRY_RUN:-0}                          # 1: print the verl command, ready to paste, and exit
 
 DATA_ARGS=(
     data.train_files="$TRAIN_FILE"
@@ -115,6 +145,8 @@ ACTOR_ARGS=(
     actor_rollout_ref.actor.optim.clip_grad=1.0
     actor_rollout_ref.actor.ppo_mini_batch_size="$MINI_BATCH_SIZE"
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+    actor_rollout_ref.actor.use_dynamic_bsz="$USE_DYNAMIC_BSZ"
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu="$PPO_MAX_TOKEN_LEN_PER_GPU"
     actor_rollout_ref.actor.ppo_epochs=1
     actor_rollout_ref.actor.clip_ratio_low=0.2
     actor_rollout_ref.actor.clip_ratio_high=0.2
@@ -131,9 +163,13 @@ ROLLOUT_ARGS=(
     actor_rollout_ref.rollout.tensor_model_parallel_size="$ROLLOUT_TP"
     actor_rollout_ref.rollout.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz="$USE_DYNAMIC_BSZ"
+    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu="$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
     actor_rollout_ref.rollout.val_kwargs.temperature=0.1
     actor_rollout_ref.rollout.val_kwargs.do_sample=True
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+    actor_rollout_ref.ref.log_prob_use_dynamic_bsz="$USE_DYNAMIC_BSZ"
+    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu="$LOG_PROB_MAX_TOKEN_LEN_PER_GPU"
 )
 REWARD_ARGS=(
     reward.custom_reward_function.path=pkg://edge_verl.reward
@@ -273,13 +309,49 @@ run_sft_recipe() {
         trainer.max_ckpt_to_keep="$MAX_CKPT_TO_KEEP"
         "$@"
     )
+    local command=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --nproc_per_node="$NGPUS_PER_NODE"
+        -m verl.trainer.sft_trainer "${args[@]}")
     if [ "$DRY_RUN" = "1" ]; then
-        printf '%s\n' "--config-name=sft_trainer_engine" "${args[@]}"
+        print_command 7 "${command[@]}"
         return 0
     fi
-    python -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
-        --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" || return $?
-    torchrun --nnodes="$NNODES" --nproc_per_node="$NGPUS_PER_NODE" -m verl.trainer.sft_trainer "${args[@]}"
+    "$PYTHON" -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
+        --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" --tag "$RUN_TAG" || return $?
+    export VERL_FILE_LOGGER_PATH
+    "${command[@]}"
+}
+
+# shell_quote WORD: WORD as the shell reads it back (single quotes unless it is plain).
+shell_quote() {
+    if [[ $1 =~ ^[A-Za-z0-9_./:=+@%,-]+$ ]]; then
+        printf '%s' "$1"
+    else
+        printf "'%s'" "${1//\'/\'\\\'\'}"
+    fi
+}
+
+# print_command N ARGS...: the command ready to paste, the variables the recipe exports in front, the first
+# N arguments (the program) on the first line and every further argument on a line of its own.
+print_command() {
+    local head=$1 arg index=0
+    shift
+    local words=(env VERL_FILE_LOGGER_PATH="$VERL_FILE_LOGGER_PATH")
+    if [ "$EDGE_VERL_CPU" = "1" ]; then
+        words+=(EDGE_VERL_CPU=1 VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda VLLM_CPU_KVCACHE_SPACE="$VLLM_CPU_KVCACHE_SPACE")
+    fi
+    for arg in "${words[@]}"; do
+        printf '%s ' "$(shell_quote "$arg")"
+    done
+    for arg in "$@"; do
+        index=$((index + 1))
+        if [ "$index" -le "$head" ]; then
+            [ "$index" -gt 1 ] && printf ' '
+            shell_quote "$arg"
+        else
+            printf ' \\\n    %s' "$(shell_quote "$arg")"
+        fi
+    done
+    printf '\n'
 }
 
 # run_recipe USER_OVERRIDES...: the method on the recipe's backend (verl's ppo_trainer or ppo_megatron_trainer).
@@ -309,27 +381,18 @@ run_verl() {
         export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB per vLLM server (CPU_ROLLOUT=vllm)
         # The set of the backend this config trains with (a Megatron recipe runs Megatron on CPU too).
         local cpu_text
-        cpu_text=$(python -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL" \
+        cpu_text=$("$PYTHON" -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL" \
             --rollout "$CPU_ROLLOUT") || return $?
         mapfile -t cpu_args <<<"$cpu_text"
     fi
     local args=("${DATA_ARGS[@]}" "${MODEL_ARGS[@]}" "${ACTOR_ARGS[@]}" "${ROLLOUT_ARGS[@]}" "${REWARD_ARGS[@]}"
         "${CHECKPOINT_ARGS[@]}" "${TRAINER_ARGS[@]}" "${recipe_args[@]}" "${cpu_args[@]}" "$@")
     if [ "$DRY_RUN" = "1" ]; then
-        printf '%s\n' "--config-name=$config_name" "${args[@]}"
+        print_command 4 "$PYTHON" -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
         return 0
     fi
-    # The identity of what verl will actually run: the last value of each key wins, as in Hydra.
-    local ckpt_dir=$CKPT_DIR model=$MODEL_PATH train_file=$TRAIN_FILE seed=$SEED arg
-    for arg in "${args[@]}"; do
-        case "$arg" in
-            trainer.default_local_dir=*) ckpt_dir=${arg#*=} ;;
-            actor_rollout_ref.model.path=*) model=${arg#*=} ;;
-            data.train_files=*) train_file=${arg#*=} ;;
-            data.seed=*) seed=${arg#*=} ;;
-        esac
-    done
-    python -m edge_verl.cli run-identity "$ckpt_dir" --method "$METHOD" --model "$model" \
-        --train-file "$train_file" --backend "$BACKEND" --seed "$seed" || return $?
-    python -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
+    # The plugin's checks and the run identity, on the config verl will compose from these very overrides.
+    "$PYTHON" -m edge_verl.cli preflight --config-name "$config_name" --method "$METHOD" --tag "$RUN_TAG" "${args[@]}" || return $?
+    export VERL_FILE_LOGGER_PATH
+    "$PYTHON" -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
 }

@@ -28,10 +28,12 @@ def python_environment() -> dict:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: int = 1, **variables) -> dict:
+def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: int = 1, as_printed: bool = False, **variables) -> dict:
     """Run ``recipes/<recipe>`` unchanged on the tiny model and the demo's data with the CPU backend (its
     variables only, as a user would); returns the per-step records, the engines the run reported and its
-    output. ``variables`` override the defaults below (e.g. TOTAL_STEPS, SAVE_FREQ, CPU_TENSOR_PARALLEL)."""
+    output. ``variables`` override the defaults below (e.g. TOTAL_STEPS, SAVE_FREQ, CPU_TENSOR_PARALLEL).
+    ``as_printed``: run the command the recipe prints with DRY_RUN=1 instead, pasted as is into a shell in
+    another directory whose environment has none of the recipe's variables."""
     inputs = prepare_inputs(DemoConfig(algorithm=algorithm, out=out / "inputs", vocab_multiple=vocab_multiple))
     log_path = out / "metrics_raw.jsonl"
     log_path.unlink(missing_ok=True)
@@ -51,9 +53,16 @@ def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: in
         "CKPT_DIR": str(out / "checkpoints"),
         **{key: str(value) for key, value in variables.items()},
     }
-    completed = subprocess.run(
-        ["bash", str(RECIPES / recipe)], cwd=out, env=env, capture_output=True, text=True, timeout=900
-    )
+    if as_printed:
+        printed = subprocess.run(["bash", str(RECIPES / recipe)], cwd=out, env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, timeout=120)
+        assert printed.returncode == 0, printed.stderr[-3000:]
+        elsewhere = out / "elsewhere"
+        elsewhere.mkdir(exist_ok=True)
+        completed = subprocess.run(
+            ["bash", "-c", printed.stdout], cwd=elsewhere, env=os.environ.copy(), capture_output=True, text=True, timeout=900
+        )
+    else:
+        completed = subprocess.run(["bash", str(RECIPES / recipe)], cwd=out, env=env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-3000:]
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     output = completed.stdout + completed.stderr

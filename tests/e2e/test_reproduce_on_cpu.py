@@ -19,6 +19,7 @@ from edge_verl.demo import task
 from edge_verl.demo.run import DemoConfig, prepare_inputs
 from edge_verl.integration.names import GEC_AGENT_LOOP
 from tests.e2e.recipe_runs import TINY_RECIPE_SCALE, python_environment
+from tests.recipe_dry_run import parse
 
 pytestmark = pytest.mark.e2e
 
@@ -66,12 +67,12 @@ def _eval_records(folder: Path) -> list[dict]:
 def test_one_folder_and_one_checkpoint_per_run(reproduced):
     runs = sorted(path.name for path in (reproduced["out"] / "runs").iterdir())
     assert runs == sorted(["base_1.5b", *(f"{row}_seed{seed}" for row in ROWS[1:] for seed in SEEDS)])
-    checkpoints = sorted(path.name for path in (reproduced["out"] / "checkpoints" / "edge_verl").iterdir())
-    assert checkpoints == sorted(
-        f"{method}_model_copy_train{'_gec' if method == 'edge' else ''}_fsdp_seed{seed}" for method in ("grpo", "edge") for seed in SEEDS
-    )
+    checkpoints = sorted(path.name for path in (reproduced["out"] / "checkpoints").iterdir())
+    assert checkpoints == sorted(f"{row}_seed{seed}" for row in ROWS[1:] for seed in SEEDS)
     for name in checkpoints:
-        folder = reproduced["out"] / "checkpoints" / "edge_verl" / name
+        folder = reproduced["out"] / "checkpoints" / name
+        identity = json.loads((folder / "edge_verl_run.json").read_text())
+        assert identity["tag"] == f"edge_hard_1k/{name.rsplit('_seed', 1)[0]}"
         assert (folder / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
         assert list((folder / "global_step_2" / "actor" / "huggingface").glob("*.safetensors")), "HF weights saved"
         assert json.loads((folder / "edge_verl_run.json").read_text())["seed"] == name[-1]
@@ -126,7 +127,9 @@ def test_table_equals_hand_computation_from_each_runs_evaluation(reproduced):
             assert entry["n"] == 2
     assert rows["edge_1.5b"]["columns"]["Avg"]["paper"] == 47.24
     assert rows["base_1.5b"]["columns"]["Avg"]["n"] == 1
-    assert "| EDGE-GRPO 1.5B | 2 |" in (reproduced["out"] / "table.md").read_text()
+    # the model each row ran (here every row: the tiny model, one model for all rows, so --set MODEL_PATH)
+    assert f"| EDGE-GRPO 1.5B | {rows['edge_1.5b']['model']} | 2 |" in (reproduced["out"] / "table.md").read_text()
+    assert rows["edge_1.5b"]["model"].endswith("model")
 
 
 def test_second_invocation_skips_every_finished_stage(reproduced):
@@ -148,9 +151,9 @@ def test_another_training_set_never_loads_this_runs_checkpoint(reproduced):
     env.update({"SEED": "1", "TRAIN_FILE": str(other), "CKPT_ROOT": str(out / "checkpoints")})
     recipe = REPO / "recipes" / "run_grpo_qwen2.5-math-7b_fsdp.sh"
     dry = subprocess.run(["bash", str(recipe)], env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, check=True).stdout
-    folder = next(line.split("=", 1)[1] for line in dry.splitlines() if line.startswith("trainer.default_local_dir="))
+    folder = parse(dry).values["trainer.default_local_dir"]
     assert folder.endswith("grpo_model_other_train_fsdp_seed1") and not Path(folder).exists()
-    existing = out / "checkpoints" / "edge_verl" / "grpo_model_copy_train_fsdp_seed1"
+    existing = out / "checkpoints" / "grpo_1.5b_seed1"
     forced = subprocess.run(["bash", str(recipe)], env={**env, "CKPT_DIR": str(existing)}, capture_output=True, text=True, timeout=300)
     assert forced.returncode == 3, forced.stdout[-2000:] + forced.stderr[-2000:]
     assert "train_data" in forced.stderr and "copy_train.parquet" in forced.stderr and "other_train.parquet" in forced.stderr

@@ -1,21 +1,21 @@
 """Every recipe's overrides compose against verl 0.9.1's real Hydra config and pass its validation.
 
-A recipe is run with DRY_RUN=1, which prints ``--config-name=...`` and its overrides; they are composed
+A recipe is run with DRY_RUN=1, which prints the verl command (``--config-name=...`` and the overrides); they are composed
 with verl's own config (an unknown key fails), checked against the keys verl 0.9.1 parses but silently
 ignores (VERL.md), validated by verl's ``validate_config`` and its typed configs, and by the plugin's
 early checks (estimator options, GEC settings).
 """
 
-import os
+import functools
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
 
-pytest.importorskip("verl")
-from hydra import compose, initialize_config_module  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
+from tests.recipe_dry_run import dry_run, python_path_env
 
 pytestmark = pytest.mark.verl
 
@@ -25,17 +25,21 @@ IGNORED_KEYS = ("custom_reward_function.", "+custom_reward_function.", "reward_m
 REMOVED_VALUES = ("actor_rollout_ref.rollout.mode=sync",)
 
 
-def dry_run_environment(**env) -> dict:
-    # the recipes call `python -m edge_verl.cli` in CPU mode: this interpreter's
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    return {**os.environ, "DRY_RUN": "1", "PATH": path, **env}
+@functools.cache
+def prepared_data() -> str:
+    """The papers' sets as scripts/prepare_data.py writes them: verl's validate_config runs the plugin's
+    preflight, which checks that the data files exist and agree with GEC's switch."""
+    from edge_verl.data import prepare
+
+    folder = Path(tempfile.mkdtemp(prefix="edge_verl_recipes_data_"))
+    prepare(folder)
+    return str(folder)
 
 
-def recipe_overrides(recipe: Path, **env) -> tuple[str, list[str]]:
-    environment = dry_run_environment(**env)
-    lines = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, check=True, env=environment).stdout.splitlines()
-    assert lines[0].startswith("--config-name="), lines[:2]
-    return lines[0].split("=", 1)[1], lines[1:]
+def recipe_overrides(recipe: Path, *arguments: str, **env) -> tuple[str, list[str]]:
+    """(config name, overrides) of the command the recipe prints with DRY_RUN=1, on the prepared data."""
+    printed = dry_run(recipe, *arguments, **{"DATA_DIR": prepared_data(), **env})
+    return printed.config_name or "sft_trainer_engine", printed.overrides
 
 
 def test_there_are_recipes_for_both_backends():
@@ -69,7 +73,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from edge_verl.integration.trainer_hooks import check_run_config
+    from edge_verl.integration.preflight import check_run_config
 
     config_name, overrides = recipe_overrides(recipe)
     for override in overrides:
@@ -81,6 +85,11 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.actor_rollout_ref.actor.optim)
+    # dynamic batch sizes, as verl's GPU examples: token budgets that hold at least one whole sequence
+    sequence = config.data.max_prompt_length + config.data.max_response_length
+    actor, rollout, ref = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.actor_rollout_ref.ref
+    assert actor.use_dynamic_bsz and rollout.log_prob_use_dynamic_bsz and ref.log_prob_use_dynamic_bsz
+    assert sequence <= actor.ppo_max_token_len_per_gpu <= rollout.log_prob_max_token_len_per_gpu == ref.log_prob_max_token_len_per_gpu
     run = check_run_config(config)
     method = recipe_method(recipe)
     assert run.gec_enabled == (method in GEC_METHODS), "GEC methods switch GEC on, the others leave it off"
@@ -93,7 +102,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
 
 
 def test_gepo_ablation_recipes_run_each_ablation_and_only_it():
-    from edge_verl.integration.trainer_hooks import check_run_config
+    from edge_verl.integration.preflight import check_run_config
 
     expected = {
         "gepo_no_high": ("no_high_entropy_control", 0.5, 1.0),
@@ -124,11 +133,8 @@ def test_sft_recipe_composes_against_verls_sft_trainer(recipe):
 def test_user_overrides_come_last_and_win():
     _, overrides = recipe_overrides(PPO_RECIPES[0], LR="3e-6")
     assert "actor_rollout_ref.actor.optim.lr=3e-6" in overrides
-    environment = {**os.environ, "DRY_RUN": "1"}
-    lines = subprocess.run(
-        ["bash", str(RECIPES[0]), "trainer.total_epochs=7"], capture_output=True, text=True, check=True, env=environment
-    ).stdout.splitlines()
-    assert lines[-1] == "trainer.total_epochs=7"
+    _, overrides = recipe_overrides(RECIPES[0], "trainer.total_epochs=7")
+    assert overrides[-1] == "trainer.total_epochs=7"
 
 
 # The CPU backend's FSDP set (EDGE_VERL_CPU=1): what an FSDP recipe on CPU has always run with.
@@ -184,7 +190,7 @@ def test_a_megatron_recipe_on_cpu_runs_megatron(tensor_parallel):
 
 def test_tensor_parallel_on_cpu_is_refused_for_fsdp_recipes():
     recipe = next(recipe for recipe in PPO_RECIPES if recipe.name == "run_gepo_qwen7b.sh")
-    environment = dry_run_environment(EDGE_VERL_CPU="1", CPU_TENSOR_PARALLEL="2")
+    environment = python_path_env(DRY_RUN="1", EDGE_VERL_CPU="1", CPU_TENSOR_PARALLEL="2")
     completed = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, env=environment)
     assert completed.returncode == 2 and "tensor_parallel > 1 needs the megatron backend" in completed.stderr
 

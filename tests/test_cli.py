@@ -1,0 +1,40 @@
+"""The command line a user meets first: --version, and help text on every option of every command."""
+
+import argparse
+
+import pytest
+
+from edge_verl.cli import _parser, main
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == "edge-verl 0.1.0"
+
+
+def test_every_option_of_every_command_has_help():
+    parser = _parser()
+    commands = _subcommands(parser)
+    assert {"demo", "doctor", "preflight", "cpu-overrides", "run-identity", "reproduce"} <= set(commands)
+    missing = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, command in commands.items()
+        for action in command._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert not missing, missing
+
+
+def test_reproduce_help_names_every_row_and_its_model_per_backend(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = capsys.readouterr().out
+    assert "grpo_7b        Qwen/Qwen2.5-Math-7B" in text
+    assert "gepo           Qwen/Qwen2.5-7B / Qwen/Qwen3.5-9B" in text
