@@ -87,12 +87,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from edge_verl.integration.doctor import installed_version
 
-    try:
-        return version("edge-verl")
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "unknown (not installed)"
+    return installed_version("edge-verl") or "unknown (not installed)"  # a source tree that is not installed
 
 
 def _run_identity(args: argparse.Namespace) -> int:
@@ -111,6 +108,9 @@ def _run_identity(args: argparse.Namespace) -> int:
 def _preflight(args: argparse.Namespace) -> int:
     import time
 
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from edge_verl.integration.cpu.overrides import backend_of_config
     from edge_verl.integration.preflight import PREFIX, PreflightFailed, compose_verl_config, preflight_or_exit, run_identity_of
     from edge_verl.run_identity import RunIdentityMismatch, check_or_record
@@ -118,7 +118,7 @@ def _preflight(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         config = compose_verl_config(args.config_name, args.overrides, args.config_path)
-    except Exception as error:  # Hydra's composition errors: unknown key, bad override syntax, missing config
+    except (HydraException, OmegaConfBaseException, FileNotFoundError) as error:  # unknown key, bad syntax, no config
         print(f"{PREFIX}: verl's config rejects the overrides: {error}", file=sys.stderr)
         return 2
     try:

