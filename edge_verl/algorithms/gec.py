@@ -12,14 +12,22 @@ groups) is, independently,
 - replaced by the reference solution (p = 0.25).
 Randomness is an explicit ``random.Random`` seeded from (seed, uid, sample index), so a decision does not
 depend on the order in which asynchronous rollouts finish.
+
+What the loop did to each response travels to the trainer as a ``CorrectionRecord`` turned into a plain
+dict (``to_dict``: verl's extra_fields cross Ray and the TransferQueue, so they hold builtins only) and is
+read back strictly (``from_dict``: a missing or unknown key is an error, never a default that would log
+zeros after a rename). ``GroupRendezvous`` (asyncio only) is where the sibling responses of a group
+exchange their verdicts when only all-wrong groups are corrected.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
-from dataclasses import dataclass
-from typing import Optional, Sequence
+import weakref
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Optional, Sequence
 
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
@@ -29,6 +37,11 @@ BRANCHES = (REGENERATE, INJECT_ANSWER, REPLACE_SOLUTION)
 REFLECTION_PHRASE = " Wait! Something is wrong here."
 # "{answer}" is the only placeholder; everything else is literal text.
 ANSWER_TEMPLATE = "\nWait! Something is wrong here. After verification, the correct answer is \\boxed{{answer}}."
+
+# A drawn correction that cannot fit in rollout.response_length (the agent loop leaves the response as sampled).
+DOES_NOT_FIT = "does_not_fit"
+# Every CorrectionRecord.reason: decide_correction's verdicts, then the agent loop's DOES_NOT_FIT.
+REASONS = ("correct", "prompt_too_long", "group_has_correct", "no_solution", "no_answer", "corrected", DOES_NOT_FIT)
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,100 @@ def decide_correction(
     return Decision(branch, "corrected", fallback=fallback)
 
 
+@dataclass(frozen=True)
+class CorrectionRecord:
+    """What GEC did to one response, written by the agent loop and read by the trainer's metrics.
+
+    Token counts and positions are tokens of the rollout's tokenizer; times are wall-clock seconds.
+
+    branch: the correction applied (one of BRANCHES); None when the response was left as sampled.
+    reason: why (one of REASONS); "corrected" exactly when ``branch`` is set.
+    fallback: the draw was replace_solution but the row had no reference solution (``missing_solution``).
+    original_correct: the first sample's reward was above ``correct_threshold``.
+    original_length: tokens of the first sample, its EOS included.
+    injected_start, injected_end: the span [start, end) of the FINAL response's tokens that were not
+        sampled from the policy (the phrase; the answer text + EOS; the whole solution + EOS); (0, 0)
+        when nothing was injected.
+    all_wrong_group: no response of the group was originally correct (scope every_incorrect: the group
+        is the response alone, so this is ``not original_correct``).
+    prompt_length: tokens of the prompt.
+    sample_seconds: the first sample (the rollout server's call).
+    correction_seconds: carrying a drawn correction out (the regeneration's server call; edits take ~0);
+        0 when none was drawn.
+    continuation_tokens: tokens the regeneration's continuation returned after the phrase.
+    continuation_budget: the continuation's max_tokens: ``continuation_requested`` cut to the room left
+        in response_length.
+    continuation_requested: the configured ``edge_gec.continuation_tokens``.
+    The three continuation_* fields are set exactly when branch is "regenerate" (None: not a regeneration);
+    ``to_dict`` writes them either way, so every key is always present.
+    """
+
+    branch: Optional[str]
+    reason: str
+    fallback: bool
+    original_correct: bool
+    original_length: int
+    injected_start: int
+    injected_end: int
+    all_wrong_group: bool
+    prompt_length: int
+    sample_seconds: float
+    correction_seconds: float
+    continuation_tokens: Optional[int] = None
+    continuation_budget: Optional[int] = None
+    continuation_requested: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.branch is not None and self.branch not in BRANCHES:
+            raise ValueError(f"CorrectionRecord: branch={self.branch!r}; allowed: None or one of {BRANCHES}.")
+        if self.reason not in REASONS:
+            raise ValueError(f"CorrectionRecord: reason={self.reason!r}; allowed: {REASONS}.")
+        if (self.branch is not None) != (self.reason == "corrected"):
+            raise ValueError(
+                f"CorrectionRecord: branch={self.branch!r} with reason={self.reason!r}; a branch is set exactly "
+                "when the reason is 'corrected'."
+            )
+        for name in ("original_length", "prompt_length", "sample_seconds", "correction_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"CorrectionRecord: {name}={getattr(self, name)!r} must be >= 0.")
+        span = (self.injected_start, self.injected_end)
+        if not 0 <= span[0] <= span[1]:
+            raise ValueError(f"CorrectionRecord: injected span [{span[0]}, {span[1]}) needs 0 <= start <= end.")
+        if self.branch is None and span != (0, 0):
+            raise ValueError(
+                f"CorrectionRecord: injected span [{span[0]}, {span[1]}) on an uncorrected response; expected (0, 0)."
+            )
+        continuation = (self.continuation_tokens, self.continuation_budget, self.continuation_requested)
+        if self.branch != REGENERATE:
+            if continuation != (None, None, None):
+                raise ValueError(
+                    f"CorrectionRecord: continuation_(tokens, budget, requested)={continuation} on branch "
+                    f"{self.branch!r}; only a regeneration has a continuation (None otherwise)."
+                )
+        elif None in continuation or not 0 <= continuation[0] <= continuation[1] <= continuation[2]:
+            raise ValueError(
+                f"CorrectionRecord: continuation_(tokens, budget, requested)={continuation} of a regeneration "
+                "needs 0 <= tokens <= budget <= requested."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field under its own name, as plain builtins (for verl's extra_fields)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, info: Mapping[str, Any]) -> "CorrectionRecord":
+        """The record ``to_dict`` wrote; a missing or unknown key raises ValueError naming it."""
+        expected = {field.name for field in fields(cls)}
+        missing = sorted(expected - set(info))
+        unknown = sorted(map(str, set(info) - expected))
+        if missing or unknown:
+            raise ValueError(
+                f"GEC record with missing key(s) {missing} and unknown key(s) {unknown}: the agent loop "
+                "(edge_verl/integration/gec_agent_loop.py) and CorrectionRecord must agree on every field name."
+            )
+        return cls(**info)
+
+
 def injected_answer_text(answer: str, template: str = ANSWER_TEMPLATE) -> str:
     """The appended text of the inject_answer branch (``template`` must contain "{answer}")."""
     return template.replace("{answer}", answer)
@@ -109,7 +216,7 @@ def injected_token_mask(starts, ends, length: int):
 
 
 def summarize_corrections(
-    infos: Sequence[Optional[dict]],
+    infos: Sequence[Any],
     final_scores,
     uids: Sequence[str],
     response_mask,
@@ -125,43 +232,44 @@ def summarize_corrections(
     gec/correction_time_share: of the loop's time in the rollout server (first samples + corrections, summed
     over responses), the share spent on corrections (the regenerate branch's second call; edits are ~0).
 
-    infos (B,): the agent loop's per-response records (None for rows not run by the GEC loop); final_scores
-    (B,) reward of the final responses; response_mask (B, T); old_log_probs (B, T) optional. Returns
-    counts of corrections per branch, regenerations that became correct, groups rescued from all-wrong,
-    the fraction of trained tokens that were injected and the old policy's log-prob/probability of
-    injected vs sampled tokens (how far off-policy the injected text is).
+    infos (B,): the raw values of extra_fields["edge_verl_gec"]: ``CorrectionRecord.to_dict()`` for rows the
+    GEC loop ran (parsed strictly: a missing or unknown key raises), None (or any non-dict) for the others;
+    final_scores (B,) reward of the final responses; response_mask (B, T); old_log_probs (B, T) optional.
+    Returns counts of corrections per branch, regenerations that became correct, groups rescued from
+    all-wrong, the fraction of trained tokens that were injected and the old policy's log-prob/probability
+    of injected vs sampled tokens (how far off-policy the injected text is).
     """
     import torch
 
-    rows = [i for i, info in enumerate(infos) if isinstance(info, dict)]
-    if not rows:
+    records = {i: CorrectionRecord.from_dict(info) for i, info in enumerate(infos) if isinstance(info, dict)}
+    if not records:
         return {}
     scores = torch.as_tensor(final_scores, dtype=torch.float32)
     final_correct = scores > correct_threshold
-    metrics = {"gec/responses": float(len(rows))}
-    branches = [infos[i].get("branch") for i in rows]
+    metrics = {"gec/responses": float(len(records))}
+    branches = [record.branch for record in records.values()]
     metrics["gec/corrected"] = float(sum(branch is not None for branch in branches))
     for branch in BRANCHES:
         metrics[f"gec/corrected_{branch}"] = float(sum(b == branch for b in branches))
-    metrics["gec/fallbacks"] = float(sum(bool(infos[i].get("fallback")) for i in rows))
-    metrics["gec/not_fitting"] = float(sum(infos[i].get("reason") == "does_not_fit" for i in rows))
-    metrics["gec/prompt_too_long"] = float(sum(infos[i].get("reason") == "prompt_too_long" for i in rows))
-    regenerated = [i for i in rows if infos[i].get("branch") == REGENERATE]
+    metrics["gec/fallbacks"] = float(sum(bool(record.fallback) for record in records.values()))
+    metrics["gec/not_fitting"] = float(sum(record.reason == DOES_NOT_FIT for record in records.values()))
+    metrics["gec/prompt_too_long"] = float(sum(record.reason == "prompt_too_long" for record in records.values()))
+    regenerated = {i: record for i, record in records.items() if record.branch == REGENERATE}
     metrics["gec/regenerate_became_correct"] = float(sum(bool(final_correct[i]) for i in regenerated))
     if regenerated:  # how long the continuations were, and how many got less than their budget's room
-        lengths = [int(infos[i].get("continuation_tokens", 0)) for i in regenerated]
+        lengths = [int(record.continuation_tokens) for record in regenerated.values()]
         metrics["gec/continuation_tokens_mean"] = sum(lengths) / len(lengths)
         metrics["gec/continuation_tokens_min"] = float(min(lengths))
         metrics["gec/continuation_tokens_max"] = float(max(lengths))
         metrics["gec/continuation_cut"] = float(
-            sum(int(infos[i].get("continuation_budget", 0)) < int(infos[i].get("continuation_requested", 0)) for i in regenerated)
+            sum(record.continuation_budget < record.continuation_requested for record in regenerated.values())
         )
     groups: dict[str, list[int]] = {}
-    for i in rows:
+    for i in records:
         groups.setdefault(str(uids[i]), []).append(i)
-    all_wrong = [members for members in groups.values() if not any(infos[i].get("original_correct") for i in members)]
-    sampling = sum(float(infos[i].get("sample_seconds", 0.0)) for i in rows)
-    correcting = sum(float(infos[i].get("correction_seconds", 0.0)) for i in rows)
+    all_wrong = [members for members in groups.values() if not any(records[i].original_correct for i in members)]
+    sampling = sum(float(record.sample_seconds) for record in records.values())
+    correcting = sum(float(record.correction_seconds) for record in records.values())
     if sampling + correcting > 0:  # the corrections' share of the loop's generation time (summed per response)
         metrics["gec/correction_time_share"] = correcting / (sampling + correcting)
     metrics["gec/all_wrong_groups"] = float(len(all_wrong))
@@ -169,8 +277,8 @@ def summarize_corrections(
     mask = torch.as_tensor(response_mask).bool()
     starts = [0] * len(infos)
     ends = [0] * len(infos)
-    for i in rows:
-        starts[i], ends[i] = int(infos[i].get("injected_start", 0)), int(infos[i].get("injected_end", 0))
+    for i, record in records.items():
+        starts[i], ends[i] = int(record.injected_start), int(record.injected_end)
     injected = injected_token_mask(starts, ends, mask.shape[1]) & mask
     sampled = mask & ~injected
     metrics["gec/injected_token_frac"] = float(injected.sum() / mask.sum().clamp(min=1))
@@ -182,3 +290,75 @@ def summarize_corrections(
                 metrics[f"gec/old_logprob_{name}_mean"] = float(values.mean())
                 metrics[f"gec/old_prob_{name}_mean"] = float(values.exp().mean())
     return metrics
+
+
+# --- the group rendezvous (scope all_wrong_groups): pure asyncio, no verl ----------------------------------
+
+
+class _Group:
+    """One uid's verdicts so far (sample index -> correct), how many responses wait on them, and the
+    event set when all ``size`` have arrived."""
+
+    def __init__(self) -> None:
+        self.verdicts: dict[int, bool] = {}
+        self.waiting = 0
+        self.complete = asyncio.Event()
+
+
+class GroupRendezvous:
+    """Where the n sibling responses of a uid exchange their correctness (scope all_wrong_groups).
+
+    A group exists only while one of its responses waits: every waiter leaves in ``finally`` (all verdicts
+    in, timeout, cancellation) and the last one removes the group, so no verdict outlives the rollout that
+    produced it and the same uid in a later step starts afresh. Owned per event loop (``group_rendezvous``).
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[str, _Group] = {}
+
+    @property
+    def open_groups(self) -> frozenset[str]:
+        """The uids with a response waiting right now (empty between rollouts)."""
+        return frozenset(self._groups)
+
+    async def wait_for_group(self, uid: str, index: int, size: int, correct: bool, timeout_s: float) -> list[bool]:
+        """The group's verdicts ordered by sample index, once all ``size`` responses have reported."""
+        group = self._groups.setdefault(uid, _Group())
+        if index in group.verdicts:
+            raise RuntimeError(
+                f"edge_gec scope=all_wrong_groups: sample index {index} of uid {uid} reported twice in one "
+                "rollout; every response of a group needs its own index (session_id or the plugin's column)."
+            )
+        group.verdicts[index] = correct
+        group.waiting += 1
+        try:
+            if len(group.verdicts) >= size:
+                group.complete.set()
+            await asyncio.wait_for(group.complete.wait(), timeout=timeout_s)
+            return [group.verdicts[key] for key in sorted(group.verdicts)]
+        except asyncio.TimeoutError as error:
+            raise RuntimeError(
+                f"edge_gec scope=all_wrong_groups: only {len(group.verdicts)} of {size} responses of uid {uid} "
+                f"reached this agent-loop worker within {timeout_s} s; the n samples of a prompt must run in one "
+                "worker (v1 trainer, or actor_rollout_ref.rollout.agent.num_workers dividing the prompts)."
+            ) from error
+        finally:
+            group.waiting -= 1
+            if group.waiting == 0:
+                del self._groups[uid]
+
+
+# verl's AgentLoopWorker builds one loop object per trajectory (``_run_agent_loop``), so siblings share no
+# loop object; they share the worker's event loop, on which ``generate_sequences`` runs every trajectory of
+# its batch as a task. Hence one rendezvous per event loop, held weakly: it goes with its loop, and between
+# rollouts it holds no group (see GroupRendezvous).
+_RENDEZVOUS_BY_LOOP: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupRendezvous]" = weakref.WeakKeyDictionary()
+
+
+def group_rendezvous() -> GroupRendezvous:
+    """The running event loop's rendezvous (created on first use)."""
+    loop = asyncio.get_running_loop()
+    rendezvous = _RENDEZVOUS_BY_LOOP.get(loop)
+    if rendezvous is None:
+        rendezvous = _RENDEZVOUS_BY_LOOP[loop] = GroupRendezvous()
+    return rendezvous

@@ -16,7 +16,8 @@ Token layout of a corrected response (all of it is trained, response_mask = 1; "
 Injected tokens (phrase, answer text, solution) have no rollout log-probs. This loop therefore requires
 ``actor_rollout_ref.rollout.calculate_log_probs=False`` (VERL.md's first option): rollout-correction
 IS/RS then never sees made-up log-probs. Which tokens were injected travels in
-``extra_fields["edge_verl_gec"]`` to the trainer hook that logs GEC's metrics.
+``extra_fields["edge_verl_gec"]`` (a ``CorrectionRecord.to_dict()``) to the trainer hook that logs GEC's
+metrics.
 
 GEC's switch is ``algorithm.edge_gec.enable``; the trainer hooks check before the first rollout that the
 training data marks rows for this loop exactly when it is on (and that validation data marks none).
@@ -36,11 +37,14 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from edge_verl.algorithms.gec import (
+    DOES_NOT_FIT,
     INJECT_ANSWER,
     REGENERATE,
     REPLACE_SOLUTION,
+    CorrectionRecord,
     decide_correction,
     decision_rng,
+    group_rendezvous,
     injected_answer_text,
 )
 from edge_verl.config import GecConfig
@@ -64,30 +68,16 @@ def sample_index(kwargs: dict) -> int:
     )
 
 
-class _GroupVerdicts:
-    """Per-uid rendezvous of the n sibling responses' correctness (all run in one agent-loop worker)."""
+@dataclass(frozen=True)
+class _Correction:
+    """A correction carried out: the final response tokens, the [start, end) span of its injected tokens
+    and, for a regeneration, the continuation's length and the max_tokens it was given."""
 
-    _groups: dict[str, dict] = {}
-
-    @classmethod
-    async def wait_for_group(cls, uid: str, index: int, size: int, correct: bool, timeout_s: float) -> list[bool]:
-        group = cls._groups.setdefault(uid, {"verdicts": {}, "done": asyncio.Event(), "left": size})
-        group["verdicts"][index] = correct
-        if len(group["verdicts"]) >= size:
-            group["done"].set()
-        try:
-            await asyncio.wait_for(group["done"].wait(), timeout=timeout_s)
-        except asyncio.TimeoutError as error:
-            raise RuntimeError(
-                f"edge_gec scope=all_wrong_groups: only {len(group['verdicts'])} of {size} responses of uid {uid} "
-                f"reached this agent-loop worker within {timeout_s} s; the n samples of a prompt must run in one "
-                "worker (v1 trainer, or actor_rollout_ref.rollout.agent.num_workers dividing the prompts)."
-            ) from error
-        verdicts = [group["verdicts"][key] for key in sorted(group["verdicts"])]
-        group["left"] -= 1
-        if group["left"] == 0:
-            cls._groups.pop(uid, None)
-        return verdicts
+    response_ids: list[int]
+    injected_start: int
+    injected_end: int
+    continuation_tokens: Optional[int] = None
+    continuation_budget: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -163,10 +153,11 @@ class GecAgentLoop(SingleTurnAgentLoop):
         started = time.perf_counter()
         output = await super().run(sampling_params, **kwargs)
         sample_seconds = time.perf_counter() - started
+        original_length = len(output.response_ids)
         correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
         group = [correct]
         if self.gec.scope == "all_wrong_groups":
-            group = await _GroupVerdicts.wait_for_group(
+            group = await group_rendezvous().wait_for_group(
                 uid, index, int(self.rollout_config.n), correct, self.gec.group_timeout_s
             )
         extra_info = kwargs.get("extra_info") or {}
@@ -183,41 +174,42 @@ class GecAgentLoop(SingleTurnAgentLoop):
             missing_solution=self.gec.missing_solution,
             prompt_fits=self.gec.max_prompt_tokens is None or len(output.prompt_ids) < self.gec.max_prompt_tokens,
         )
-        info = {
-            "branch": decision.branch,
-            "reason": decision.reason,
-            "fallback": decision.fallback,
-            "original_correct": correct,
-            "original_length": len(output.response_ids),
-            "injected_start": 0,
-            "injected_end": 0,
-            "all_wrong_group": not any(group),
-            "prompt_length": len(output.prompt_ids),
-            "sample_seconds": sample_seconds,
-            "correction_seconds": 0.0,
-        }
+        branch, reason, correction_seconds, correction = decision.branch, decision.reason, 0.0, None
         if decision.branch is not None:
             started = time.perf_counter()
-            applied = await self._apply(decision.branch, output, sampling_params, answer, solution)
-            info["correction_seconds"] = time.perf_counter() - started
-            if applied is None:
-                info.update(branch=None, reason="does_not_fit")
+            correction = await self._apply(decision.branch, output, sampling_params, answer, solution)
+            correction_seconds = time.perf_counter() - started
+            if correction is None:
+                branch, reason = None, DOES_NOT_FIT
             else:
-                response_ids, injected, continuation = applied
-                info.update(continuation)
-                output.response_ids = response_ids
-                output.response_mask = [1] * len(response_ids)
+                output.response_ids = correction.response_ids
+                output.response_mask = [1] * len(correction.response_ids)
                 output.response_logprobs = None
-                info["injected_start"], info["injected_end"] = injected
+        kept = correction or _Correction(list(output.response_ids), 0, 0)  # none applied: as sampled
+        record = CorrectionRecord(
+            branch=branch,
+            reason=reason,
+            fallback=decision.fallback,
+            original_correct=correct,
+            original_length=original_length,
+            injected_start=kept.injected_start,
+            injected_end=kept.injected_end,
+            all_wrong_group=not any(group),
+            prompt_length=len(output.prompt_ids),
+            sample_seconds=sample_seconds,
+            correction_seconds=correction_seconds,
+            continuation_tokens=kept.continuation_tokens,
+            continuation_budget=kept.continuation_budget,
+            continuation_requested=self.gec.continuation_tokens if branch == REGENERATE else None,
+        )
         output.reward_score = None  # verl's reward loop scores the final response
-        output.extra_fields[GEC_INFO_KEY] = info
+        output.extra_fields[GEC_INFO_KEY] = record.to_dict()
         return output
 
     async def _apply(
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str
-    ) -> Optional[tuple[list[int], tuple[int, int], dict]]:
-        """Final response tokens, the [start, end) span of injected tokens and the regenerate branch's
-        continuation record (length, the room it had, the configured budget), or None if it cannot fit.
+    ) -> Optional[_Correction]:
+        """The corrected response (see ``_Correction``), or None if it cannot fit.
 
         Everything stays within rollout.response_length. With ``first_sample_tokens`` set (and
         response_length sized for it, ``check_budget``), the sampled body is at most that long, so a
@@ -229,13 +221,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
             body = body[:-1]
         if branch == REPLACE_SOLUTION:
             tokens = self._encode(solution) + [self.eos_id]
-            return (tokens, (0, len(tokens)), {}) if len(tokens) <= limit else None
+            return _Correction(tokens, 0, len(tokens)) if len(tokens) <= limit else None
         if branch == INJECT_ANSWER:
             suffix = self._encode(injected_answer_text(answer, self.gec.answer_template)) + [self.eos_id]
             if len(suffix) > limit:
                 return None
             body = body[: limit - len(suffix)]
-            return body + suffix, (len(body), len(body) + len(suffix)), {}
+            return _Correction(body + suffix, len(body), len(body) + len(suffix))
         assert branch == REGENERATE
         phrase = self._encode(self.gec.reflection_phrase)
         if len(phrase) + 1 > limit:
@@ -248,5 +240,4 @@ class GecAgentLoop(SingleTurnAgentLoop):
             sampling_params={**sampling_params, "max_tokens": budget, "logprobs": False},
         )
         continuation = list(continued.token_ids)[:budget]
-        record = {"continuation_tokens": len(continuation), "continuation_budget": budget, "continuation_requested": self.gec.continuation_tokens}
-        return body + phrase + continuation, (len(body), len(body) + len(phrase)), record
+        return _Correction(body + phrase + continuation, len(body), len(body) + len(phrase), len(continuation), budget)

@@ -1,4 +1,6 @@
+import json
 import math
+import pickle
 import random
 
 import pytest
@@ -10,6 +12,7 @@ from edge_verl.algorithms.gec import (
     REFLECTION_PHRASE,
     REGENERATE,
     REPLACE_SOLUTION,
+    CorrectionRecord,
     decide_correction,
     decision_rng,
     draw_branch,
@@ -20,6 +23,26 @@ from edge_verl.algorithms.gec import (
 from edge_verl.config import GecConfig
 
 PAPER = (0.5, 0.25, 0.25)
+
+# A response left as sampled because it was correct; tests override what they need.
+UNTOUCHED = dict(
+    branch=None, reason="correct", fallback=False, original_correct=True, original_length=4, injected_start=0,
+    injected_end=0, all_wrong_group=False, prompt_length=8, sample_seconds=0.0, correction_seconds=0.0,
+)
+
+
+def _record(**fields):
+    """A record as it travels through verl: ``CorrectionRecord(...).to_dict()``."""
+    return CorrectionRecord(**{**UNTOUCHED, **fields}).to_dict()
+
+
+def _corrected(branch, start, end, **fields):
+    return _record(branch=branch, reason="corrected", original_correct=False, injected_start=start, injected_end=end, **fields)
+
+
+def _regenerated(start, end, tokens, budget, requested, **fields):
+    continuation = dict(continuation_tokens=tokens, continuation_budget=budget, continuation_requested=requested)
+    return _corrected(REGENERATE, start, end, **continuation, **fields)
 
 
 def _decide(correct=False, group=(False,), probabilities=PAPER, only_all_wrong=False, answer=True, solution=True, missing="regenerate", rng=None):
@@ -101,10 +124,10 @@ def test_summary_hand_computed():
     # group a: both wrong originally; row 0 regenerated and now correct, row 1 got the answer injected
     # (tokens 2-3 of 4). group b: row 2 correct (untouched), row 3 replaced (tokens 0-2 of 3).
     infos = [
-        {"branch": REGENERATE, "reason": "corrected", "original_correct": False, "injected_start": 1, "injected_end": 2},
-        {"branch": INJECT_ANSWER, "reason": "corrected", "original_correct": False, "injected_start": 2, "injected_end": 4},
-        {"branch": None, "reason": "correct", "original_correct": True},
-        {"branch": REPLACE_SOLUTION, "reason": "corrected", "original_correct": False, "fallback": True, "injected_start": 0, "injected_end": 3},
+        _regenerated(1, 2, tokens=1, budget=1, requested=1),
+        _corrected(INJECT_ANSWER, 2, 4),
+        _record(),
+        _corrected(REPLACE_SOLUTION, 0, 3, fallback=True),
         None,  # a validation-style row not run by the GEC loop
     ]
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
@@ -120,6 +143,108 @@ def test_summary_hand_computed():
     # injected log-probs: row 0 -> -1, row 1 -> -3, -3, row 3 -> -1 x3: mean (-1 - 6 - 3) / 6 = -1.6667
     assert metrics["gec/old_logprob_injected_mean"] == pytest.approx(-10 / 6)
     assert metrics["gec/old_logprob_sampled_mean"] == pytest.approx(-1.0)
+
+
+def test_every_metric_of_a_step_of_hand_built_records():
+    # uid a: r0 regenerated (continuation 3 of a budget cut to 3 of 5 asked) and now correct, r1 answer
+    #        injected after a replace_solution draw without solution (fallback): all wrong, rescued.
+    # uid b: r2 correct as sampled, r3's drawn correction did not fit: not all wrong.
+    # uid c: r4 regenerated (5 of 5) and still wrong, r5 left alone by the prompt gate: all wrong, not rescued.
+    # r6: not a GEC row (None): only its trained tokens count, in the injected fraction's denominator.
+    infos = [
+        _regenerated(2, 4, tokens=3, budget=3, requested=5, sample_seconds=1.0, correction_seconds=2.0),
+        _corrected(INJECT_ANSWER, 1, 3, fallback=True, sample_seconds=1.0, correction_seconds=0.5),
+        _record(sample_seconds=2.0),
+        _record(reason="does_not_fit", original_correct=False, sample_seconds=1.0),
+        _regenerated(0, 1, tokens=5, budget=5, requested=5, sample_seconds=1.0, correction_seconds=1.5),
+        _record(reason="prompt_too_long", original_correct=False, all_wrong_group=True, sample_seconds=1.0),
+        None,
+    ]
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]])
+    injected = injected_token_mask([2, 1, 0, 0, 0, 0, 0], [4, 3, 0, 0, 1, 0, 0], 5)
+    log_probs = torch.where(injected, torch.tensor(-2.0), torch.tensor(-1.0))
+    scores = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    metrics = summarize_corrections(infos, scores, ["a", "a", "b", "b", "c", "c", "d"], mask, log_probs)
+    assert metrics == pytest.approx(
+        {
+            "gec/responses": 6,  # r0-r5
+            "gec/corrected": 3,  # r0, r1, r4
+            "gec/corrected_regenerate": 2,
+            "gec/corrected_inject_answer": 1,
+            "gec/corrected_replace_solution": 0,
+            "gec/fallbacks": 1,  # r1
+            "gec/not_fitting": 1,  # r3
+            "gec/prompt_too_long": 1,  # r5
+            "gec/regenerate_became_correct": 1,  # r0 (r4 still wrong)
+            "gec/continuation_tokens_mean": 4.0,  # (3 + 5) / 2
+            "gec/continuation_tokens_min": 3,
+            "gec/continuation_tokens_max": 5,
+            "gec/continuation_cut": 1,  # r0: budget 3 < 5 asked
+            "gec/all_wrong_groups": 2,  # a, c
+            "gec/groups_rescued": 1,  # a
+            # corrections 2 + 0.5 + 1.5 = 4 s, first samples 1 + 1 + 2 + 1 + 1 + 1 = 7 s: 4 / 11
+            "gec/correction_time_share": 4 / 11,
+            # injected 2 (r0) + 2 (r1) + 1 (r4) = 5 of 5 + 3 + 2 + 4 + 2 + 1 + 3 = 20 trained tokens
+            "gec/injected_token_frac": 5 / 20,
+            "gec/old_logprob_injected_mean": -2.0,
+            "gec/old_prob_injected_mean": math.exp(-2.0),
+            "gec/old_logprob_sampled_mean": -1.0,
+            "gec/old_prob_sampled_mean": math.exp(-1.0),
+        }
+    )
+
+
+def test_a_renamed_key_fails_the_summary_instead_of_logging_zeros():
+    info = _regenerated(0, 1, tokens=1, budget=1, requested=1)
+    info["continuation_length"] = info.pop("continuation_tokens")
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['continuation_tokens'\] and unknown key\(s\) \['continuation_length'\]"):
+        summarize_corrections([info], [0.0], ["a"], torch.ones(1, 2))
+
+
+def test_the_record_round_trips_through_plain_builtins():
+    for info in (_record(), _regenerated(3, 5, tokens=2, budget=4, requested=8, sample_seconds=0.25), _corrected(REPLACE_SOLUTION, 0, 7)):
+        # what crosses Ray (pickle) and what a JSON dump keeps are the same plain dict
+        assert json.loads(json.dumps(info)) == info == pickle.loads(pickle.dumps(info))
+        record = CorrectionRecord.from_dict(info)
+        assert record.to_dict() == info and CorrectionRecord.from_dict(record.to_dict()) == record
+    assert set(_record()) == {field for field in CorrectionRecord.__dataclass_fields__}
+    assert _record()["continuation_tokens"] is None  # written even when not a regeneration
+
+
+def test_from_dict_names_a_missing_and_an_unknown_key():
+    info = _record()
+    del info["fallback"]
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['fallback'\] and unknown key\(s\) \[\]"):
+        CorrectionRecord.from_dict(info)
+    with pytest.raises(ValueError, match=r"missing key\(s\) \[\] and unknown key\(s\) \['branches'\]"):
+        CorrectionRecord.from_dict({**_record(), "branches": None})
+    optional = _record()
+    del optional["continuation_budget"]  # an Optional field is still a required key
+    with pytest.raises(ValueError, match="continuation_budget"):
+        CorrectionRecord.from_dict(optional)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(branch="regen", reason="corrected"), "branch='regen'; allowed: None or one of"),
+        (dict(reason="corect"), "reason='corect'; allowed"),
+        (dict(reason="corrected"), "a branch is set exactly when the reason is 'corrected'"),
+        (dict(branch=INJECT_ANSWER, reason="correct"), "a branch is set exactly when"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=3, injected_end=2), r"\[3, 2\) needs 0 <= start <= end"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=-1, injected_end=2), "needs 0 <= start"),
+        (dict(injected_start=0, injected_end=2), "on an uncorrected response"),
+        (dict(branch=REGENERATE, reason="corrected"), "of a regeneration needs 0 <= tokens <= budget <= requested"),
+        (dict(branch=REGENERATE, reason="corrected", continuation_tokens=5, continuation_budget=4, continuation_requested=8), "tokens <= budget"),
+        (dict(branch=REGENERATE, reason="corrected", continuation_tokens=1, continuation_budget=9, continuation_requested=8), "budget <= requested"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", continuation_tokens=1), "only a regeneration has a continuation"),
+        (dict(original_length=-1), "original_length=-1 must be >= 0"),
+        (dict(sample_seconds=-0.5), "sample_seconds=-0.5 must be >= 0"),
+    ],
+)
+def test_a_record_that_cannot_happen_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        CorrectionRecord(**{**UNTOUCHED, **fields})
 
 
 def test_summary_is_empty_without_gec_rows():
@@ -153,9 +278,9 @@ def test_summary_of_continuations_and_the_gate():
     # Two regenerations: continuation 256 of a 256 budget, and 40 of a budget cut to 40 (of 256 asked);
     # one response left uncorrected by the prompt gate. mean (256 + 40) / 2 = 148.
     infos = [
-        {"branch": REGENERATE, "reason": "corrected", "continuation_tokens": 256, "continuation_budget": 256, "continuation_requested": 256},
-        {"branch": REGENERATE, "reason": "corrected", "continuation_tokens": 40, "continuation_budget": 40, "continuation_requested": 256},
-        {"branch": None, "reason": "prompt_too_long"},
+        _regenerated(0, 1, tokens=256, budget=256, requested=256),
+        _regenerated(0, 1, tokens=40, budget=40, requested=256),
+        _record(reason="prompt_too_long", original_correct=False),
     ]
     metrics = summarize_corrections(infos, [0.0, 1.0, 0.0], ["a", "a", "b"], torch.ones(3, 4))
     assert metrics["gec/prompt_too_long"] == 1 and metrics["gec/continuation_cut"] == 1
@@ -174,8 +299,8 @@ def test_budget_options_are_validated():
 def test_correction_time_share_hand_computed():
     # sampling 1.0 + 3.0 s, correcting 1.0 s (one regeneration) -> 1 / (4 + 1) = 0.2
     infos = [
-        {"branch": REGENERATE, "reason": "corrected", "sample_seconds": 1.0, "correction_seconds": 1.0},
-        {"branch": None, "reason": "correct", "original_correct": True, "sample_seconds": 3.0, "correction_seconds": 0.0},
+        _regenerated(0, 1, tokens=1, budget=1, requested=1, sample_seconds=1.0, correction_seconds=1.0),
+        _record(sample_seconds=3.0),
     ]
     metrics = summarize_corrections(infos, [0.0, 1.0], ["a", "a"], torch.ones(2, 3))
     assert metrics["gec/correction_time_share"] == pytest.approx(0.2)

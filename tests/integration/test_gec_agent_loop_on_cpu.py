@@ -4,24 +4,90 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("verl")
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf
 
-from edge_verl.integration.gec_agent_loop import _GroupVerdicts, check_gec_supported  # noqa: E402
+from edge_verl.algorithms.gec import CorrectionRecord
+from edge_verl.algorithms.gec import GroupRendezvous, group_rendezvous
+from edge_verl.integration.gec_agent_loop import check_gec_supported
 
 pytestmark = pytest.mark.verl
 
 
-def test_group_verdicts_wait_for_every_sibling():
-    async def group():
-        return await asyncio.gather(*[_GroupVerdicts.wait_for_group("g", i, 3, i == 1, 5.0) for i in range(3)])
+async def _group(rendezvous, uid, verdicts, timeout_s=5.0):
+    """All responses of one group report, in the order given (index, correct), and wait together."""
+    size = len(verdicts)
+    return await asyncio.gather(*[rendezvous.wait_for_group(uid, i, size, correct, timeout_s) for i, correct in verdicts])
 
-    assert asyncio.run(group()) == [[False, True, False]] * 3
+
+def test_every_sibling_gets_the_verdicts_ordered_by_sample_index():
+    rendezvous = GroupRendezvous()
+    # they arrive as 2, 0, 1; each gets [index 0, 1, 2] = [False, True, False]
+    results = asyncio.run(_group(rendezvous, "g", [(2, False), (0, False), (1, True)]))
+    assert results == [[False, True, False]] * 3 and rendezvous.open_groups == frozenset()
 
 
-def test_group_verdicts_time_out_with_an_explanation():
-    with pytest.raises(RuntimeError, match="only 1 of 2 responses"):
-        asyncio.run(_GroupVerdicts.wait_for_group("lonely", 0, 2, False, 0.05))
+def test_a_timed_out_wait_explains_itself_and_leaves_no_group_behind():
+    rendezvous = GroupRendezvous()
+    with pytest.raises(RuntimeError, match="only 1 of 2 responses of uid lonely"):
+        asyncio.run(rendezvous.wait_for_group("lonely", 0, 2, False, 0.05))
+    assert rendezvous.open_groups == frozenset()
+
+
+def test_a_cancelled_waiter_leaves_no_group_behind():
+    rendezvous = GroupRendezvous()
+
+    async def cancel_while_waiting():
+        waiter = asyncio.ensure_future(rendezvous.wait_for_group("g", 0, 2, False, 5.0))
+        await asyncio.sleep(0)  # it registers and waits for its sibling
+        assert rendezvous.open_groups == {"g"}
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(cancel_while_waiting())
+    assert rendezvous.open_groups == frozenset()
+
+
+def test_the_same_uid_in_a_later_step_does_not_see_earlier_verdicts():
+    rendezvous = GroupRendezvous()
+
+    async def steps():
+        first = await _group(rendezvous, "g", [(0, True), (1, True)])
+        with pytest.raises(RuntimeError, match="only 1 of 2"):  # a step whose sibling never came
+            await rendezvous.wait_for_group("g", 1, 2, True, 0.05)
+        # had either step left its group, index 0 would be reported twice or its True would be read here
+        second = await _group(rendezvous, "g", [(1, False), (0, False)])
+        return first, second
+
+    assert asyncio.run(steps()) == ([[True, True]] * 2, [[False, False]] * 2)
+    assert rendezvous.open_groups == frozenset()
+
+
+def test_a_sample_index_reported_twice_is_refused():
+    rendezvous = GroupRendezvous()
+
+    async def duplicate():
+        first = asyncio.ensure_future(rendezvous.wait_for_group("g", 0, 2, False, 0.2))
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="sample index 0 of uid g reported twice"):
+            await rendezvous.wait_for_group("g", 0, 2, True, 0.2)
+        with pytest.raises(RuntimeError, match="only 1 of 2"):
+            await first
+
+    asyncio.run(duplicate())
+    assert rendezvous.open_groups == frozenset()
+
+
+def test_responses_on_one_event_loop_share_its_rendezvous_and_no_other():
+    # verl runs a worker's trajectories as tasks of its event loop: the loop is what siblings share
+    async def rendezvous_of_two_tasks():
+        async def rendezvous():
+            return group_rendezvous()
+
+        return await asyncio.gather(rendezvous(), rendezvous())
+
+    (one, same), (other, _) = asyncio.run(rendezvous_of_two_tasks()), asyncio.run(rendezvous_of_two_tasks())
+    assert one is same and one is not other
 
 
 def _config(**rollout):
@@ -143,11 +209,11 @@ def test_a_response_truncated_at_its_cap_gets_the_full_continuation(tmp_path):
     (_, first), (continuation_prompt, second) = server.requests
     assert first["max_tokens"] == 16 and second["max_tokens"] == 12
     phrase = list(" Wait! Something is wrong here.".encode())
-    info = output.extra_fields["edge_verl_gec"]
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
     assert output.response_ids == [ord("x")] * 16 + loop._encode(" Wait! Something is wrong here.") + [ord("x")] * 12
     assert len(phrase) == 31 and len(output.response_ids) == 16 + 31 + 12
-    assert (info["continuation_tokens"], info["continuation_budget"], info["continuation_requested"]) == (12, 12, 12)
-    assert (info["injected_start"], info["injected_end"]) == (16, 47)
+    assert (info.continuation_tokens, info.continuation_budget, info.continuation_requested) == (12, 12, 12)
+    assert (info.injected_start, info.injected_end, info.original_length) == (16, 47, 16)
 
 
 def test_without_a_first_sample_cap_the_correction_is_cut_to_fit(tmp_path):
@@ -157,16 +223,17 @@ def test_without_a_first_sample_cap_the_correction_is_cut_to_fit(tmp_path):
     output = _run(loop)
     (_, first), (_, second) = server.requests
     assert "max_tokens" not in first and second["max_tokens"] == 1
-    info = output.extra_fields["edge_verl_gec"]
-    assert len(output.response_ids) == 40 and (info["continuation_budget"], info["continuation_requested"]) == (1, 12)
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    assert len(output.response_ids) == 40 and (info.continuation_budget, info.continuation_requested) == (1, 12)
 
 
 def test_prompts_at_or_over_the_gate_are_left_as_sampled(tmp_path):
     loop, server = _budget_loop(tmp_path, 60, first_sample_tokens=16, max_prompt_tokens=8)
     output = _run(loop)
-    info = output.extra_fields["edge_verl_gec"]
-    assert len(server.requests) == 1 and info["branch"] is None and info["reason"] == "prompt_too_long"
-    assert info["prompt_length"] >= 8 and output.response_ids == [ord("x")] * 16
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    assert len(server.requests) == 1 and info.branch is None and info.reason == "prompt_too_long"
+    assert info.continuation_tokens is None and (info.injected_start, info.injected_end) == (0, 0)
+    assert info.prompt_length >= 8 and output.response_ids == [ord("x")] * 16
 
 
 def test_a_first_sample_cap_without_room_for_the_correction_is_refused(tmp_path):
