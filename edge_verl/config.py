@@ -254,7 +254,9 @@ class MetricsConfig:
     advantage_stats: log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and
         ``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so
         GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a
-        plain verl run logs nothing extra unless asked; the recipes switch it on.
+        plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two
+        values under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``)
+        at no extra cost; the recipes switch it on.
     """
 
     advantage_stats: bool = False

@@ -89,7 +89,7 @@ install_into_image() {
     "$PYTHON" -m pip install --disable-pip-version-check --no-deps -e .
     local unmet round
     for round in 1 2 3 4 5 6 7 8; do
-        mapfile -t unmet < <("$PYTHON" -c 'from edge_verl.integration.doctor import print_unmet_requirements as p; p("edge-verl[gpu,test]")')
+        mapfile -t unmet < <("$PYTHON" -c 'from edge_verl.gpu_stack import print_unmet_requirements as p; p("edge-verl[gpu,test]")')
         [ ${#unmet[@]} -eq 0 ] && return 0
         echo "round $round, installing without dependencies: ${unmet[*]}"
         "$PYTHON" "${PIP[@]}" --no-deps "${unmet[@]}"

@@ -5,7 +5,7 @@ these cases describe machines this project's CI does not have: an H200 node with
 broken and working states.
 """
 
-from edge_verl.integration.doctor import (
+from edge_verl.gpu_stack import (
     CudaInfo,
     belongs_to_image_gpu_stack,
     describe_gpu_stack,

@@ -25,6 +25,7 @@ no second backward through the model). Also ``actor/edge_eda/loss_scale_mean`` (
 
 from __future__ import annotations
 
+import functools
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -35,9 +36,10 @@ import torch
 from edge_verl.algorithms.eda import entropy_gradient_scale
 from edge_verl.algorithms.group_stats import masked_response_mean
 from edge_verl.integration import names
-from edge_verl.integration.post_import import wrap
+from edge_verl.integration.internals import CORE
 
-# The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``).
+# The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
+# when imported before ``losses`` finished (each has its entry in ``internals.CORE``).
 _PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses")
 
 
@@ -131,11 +133,9 @@ def gradient_share(loss: torch.Tensor, log_prob: torch.Tensor, entropy: torch.Te
     return through_entropy / total if total > 0 else 0.0
 
 
-def _make_policy_loss(policy_loss_fn: Callable) -> Callable:
+def _make_policy_loss(policy_loss_fn: Callable, state: _LossScale) -> Callable:
+    @functools.wraps(policy_loss_fn)
     def policy_loss(*args, **kwargs):
-        state = _CURRENT.get()
-        if state is None:
-            return policy_loss_fn(*args, **kwargs)
         if args or "advantages" not in kwargs:
             raise RuntimeError("edge_eda's loss hook expects verl's ppo_loss to call the policy loss with keywords")
         advantages = kwargs["advantages"]
@@ -155,17 +155,20 @@ def _make_policy_loss(policy_loss_fn: Callable) -> Callable:
 
 def _make_get_policy_loss_fn(original: Callable) -> Callable:
     def get_policy_loss_fn(name, *args, **kwargs):
-        return _make_policy_loss(original(name, *args, **kwargs))
+        # verl's own function, except inside a micro-batch of EDA's gradient form (advantages rescaled)
+        policy_loss_fn = original(name, *args, **kwargs)
+        state = _CURRENT.get()
+        return policy_loss_fn if state is None else _make_policy_loss(policy_loss_fn, state)
 
     return get_policy_loss_fn
 
 
 def patch_losses(module: Any) -> None:
     """Wrap ``ppo_loss`` and the policy-loss lookup it uses; rebind importers that already hold the original."""
-    original = module.ppo_loss
-    wrap(module, "ppo_loss", _make_ppo_loss)
-    wrap(module, "get_policy_loss_fn", _make_get_policy_loss_fn)
+    original = getattr(module.ppo_loss, "__wrapped__", module.ppo_loss)
+    CORE.wrap(module, "ppo_loss", _make_ppo_loss)
+    CORE.wrap(module, "get_policy_loss_fn", _make_get_policy_loss_fn)
     for name in _PPO_LOSS_IMPORTERS:
         importer = sys.modules.get(name)
         if importer is not None and getattr(importer, "ppo_loss", None) is original:
-            importer.ppo_loss = module.ppo_loss
+            CORE.wrap(importer, "ppo_loss", _make_ppo_loss)

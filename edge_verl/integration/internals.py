@@ -1,25 +1,93 @@
-"""Checks that the verl internals the plugin relies on still exist with the parameters it relies on.
+"""Every attribute of verl (and, for the CPU backend, of torch, megatron, mbridge, vLLM) that edge_verl
+patches or relies on, on the books: one ``PatchTable`` per layer, and the one ``wrap`` that patches.
 
-A table maps a module to attribute paths and the parameters used: for a function or method, its
-leading parameters in order (the wrappers pass them through positionally); for a class, constructor
-fields that must exist (built and read by keyword). An empty tuple checks existence only. Wrapped
-functions are inspected through ``__wrapped__``, so the plugin's own wrappers do not hide a change.
+A table maps a module to attribute paths and the parameters relied on: for a function or method, its
+leading parameters in order (the wrappers pass them through positionally); for a class, constructor fields
+that must exist (built and read by keyword). An empty tuple checks existence only. ``patched`` lists what
+the layer replaces, ``read`` what it calls or reads as it is. ``PatchTable.wrap`` refuses an attribute that
+is not in ``patched``, so a patch cannot exist without its entry; ``find_internal_mismatches`` (the
+internals test and ``edge-verl doctor``) checks every entry against the installed packages, looking
+through the plugin's own wrappers (``__wrapped__``) so that a patch does not hide an upstream change.
+
+Two layers: ``CORE`` (the plugin every verl process loads: estimators, trainer adapters, actor loss, agent
+loop) below, and ``edge_verl.integration.cpu.CPU_BACKEND`` (``EDGE_VERL_CPU=1`` only). No verl import.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import inspect
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Mapping
 
 InternalsTable = Mapping[str, Mapping[str, tuple[str, ...]]]
+# The mark a replacement carries: the (module, path) entry it was installed under.
+PATCH_MARK = "__edge_verl_patch__"
 
 
-def _resolve(module: Any, path: str) -> Any:
+class UnlistedPatch(RuntimeError):
+    """An attribute was patched without an entry in its layer's table."""
+
+
+def resolve(module: Any, path: str) -> Any:
     target = module
     for part in path.split("."):
         target = getattr(target, part)
     return target
+
+
+@dataclass
+class PatchTable:
+    """What one layer of the plugin patches and reads (see module docstring); ``applied``: the entries
+    patched in this process so far."""
+
+    layer: str
+    patched: InternalsTable
+    read: InternalsTable = field(default_factory=dict)
+    applied: set[tuple[str, str]] = field(default_factory=set)
+
+    def entries(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """``patched`` and ``read`` as one table (what must exist with these parameters)."""
+        merged: dict[str, dict[str, tuple[str, ...]]] = {}
+        for table in (self.patched, self.read):
+            for module_name, attributes in table.items():
+                merged.setdefault(module_name, {}).update(attributes)
+        return merged
+
+    def count(self) -> int:
+        return sum(len(attributes) for attributes in self.patched.values())
+
+    def wrap(self, module: ModuleType, path: str, make: Callable[[Any], Any]) -> None:
+        """Replace ``module.<path>`` by ``make(original)``, once per process.
+
+        ``original`` is always the upstream object: when the attribute already holds this layer's
+        replacement installed under ANOTHER entry (a function bound under two names, e.g. verl's
+        ``compute_advantage`` in ``ray_trainer`` and ``v1.utils``), that replacement's ``__wrapped__`` is
+        wrapped, so each binding gets its own adapter and none runs inside another. A function keeps the
+        original's metadata (``functools.wraps``); any replacement carries ``__wrapped__`` and the mark.
+        """
+        key = (module.__name__, path)
+        if path not in self.patched.get(module.__name__, {}):
+            raise UnlistedPatch(f"{self.layer}: {module.__name__}.{path} is patched but not listed in its table")
+        owner_path, _, name = path.rpartition(".")
+        owner = resolve(module, owner_path) if owner_path else module
+        original = getattr(owner, name)
+        mark = getattr(original, PATCH_MARK, None)
+        if mark == key:
+            return
+        if mark is not None:
+            original = original.__wrapped__
+        replacement = make(original)
+        if inspect.isfunction(replacement):
+            replacement = functools.wraps(original)(replacement)
+        else:
+            replacement.__wrapped__ = original
+        setattr(replacement, PATCH_MARK, key)
+        setattr(owner, name, replacement)
+        self.applied.add(key)
 
 
 def signature_problem(qualified_name: str, target: Any, expected: tuple[str, ...]) -> str | None:
@@ -38,10 +106,16 @@ def signature_problem(qualified_name: str, target: Any, expected: tuple[str, ...
     return None
 
 
-def find_internal_mismatches(table: InternalsTable) -> list[str]:
-    """One line per verl internal in ``table`` that is missing or whose parameters changed."""
+def find_internal_mismatches(table: InternalsTable, skip_uninstalled: bool = False) -> list[str]:
+    """One line per internal in ``table`` that is missing or whose parameters changed.
+
+    skip_uninstalled: modules whose top-level package is not installed are skipped (the doctor on a machine
+    without megatron or vLLM); by default they are reported as not importable.
+    """
     problems = []
     for module_name, attributes in table.items():
+        if skip_uninstalled and importlib.util.find_spec(module_name.split(".")[0]) is None:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
@@ -50,7 +124,7 @@ def find_internal_mismatches(table: InternalsTable) -> list[str]:
         for path, expected in attributes.items():
             qualified_name = f"{module_name}.{path}"
             try:
-                target = _resolve(module, path)
+                target = resolve(module, path)
             except AttributeError:
                 problems.append(f"{qualified_name}: missing")
                 continue
@@ -58,3 +132,63 @@ def find_internal_mismatches(table: InternalsTable) -> list[str]:
             if problem is not None:
                 problems.append(problem)
     return problems
+
+
+_ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
+
+CORE = PatchTable(
+    layer="core plugin",
+    patched={
+        "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
+        # legacy trainer (integration/trainer_hooks.py, LegacyAdapter)
+        "verl.trainer.ppo.ray_trainer": {
+            "compute_advantage": _ADVANTAGE,
+            "compute_data_metrics": ("batch", "use_critic"),
+            "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
+            "RayPPOTrainer._update_actor": ("self", "batch"),
+            "RayPPOTrainer._load_checkpoint": ("self",),
+            "RayPPOTrainer._save_checkpoint": ("self",),
+            "RayPPOTrainer.fit": ("self",),
+        },
+        # v1 trainer (integration/trainer_hooks.py, V1Adapter)
+        "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
+        "verl.trainer.ppo.v1.trainer_base": {
+            "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
+            "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
+            "PPOTrainer._update_actor": ("self", "batch", "metrics"),
+            "PPOTrainer._load_checkpoint": ("self",),
+            "PPOTrainer._save_checkpoint": ("self",),
+        },
+        "verl.experimental.agent_loop.agent_loop": {"AgentLoopManager.generate_sequences": ("self", "prompts")},
+        # the actor loss (integration/eda_loss.py), and the modules that bind ppo_loss by name at import
+        "verl.workers.utils.losses": {
+            "ppo_loss": ("config", "model_output", "data", "dp_group"),
+            "get_policy_loss_fn": ("name",),
+        },
+        "verl.workers.engine_workers": {"ppo_loss": ("config", "model_output", "data", "dp_group")},
+        "verl.trainer.distillation.losses": {"ppo_loss": ("config", "model_output", "data", "dp_group")},
+    },
+    read={
+        "verl.trainer.ppo.core_algos": {
+            "register_adv_est": ("name_or_enum",),
+            "get_adv_estimator_fn": ("name_or_enum",),
+            "ADV_ESTIMATOR_REGISTRY": (),
+        },
+        "verl.trainer.ppo.v1.trainer_base": {
+            "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
+            "tq.kv_batch_put": ("keys", "partition_id", "fields"),
+            "KVBatchMeta": ("keys", "tags", "partition_id"),
+        },
+        "verl.experimental.agent_loop.agent_loop": {
+            "register": ("agent_name",),
+            "_agent_loop_registry": (),
+            "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
+            "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
+        },
+        "verl.experimental.agent_loop.single_turn_agent_loop": {"SingleTurnAgentLoop.run": ("self", "sampling_params")},
+        "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
+        "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
+        "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
+        "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},
+    },
+)

@@ -1,4 +1,4 @@
-"""Run a hook right after a module is imported, or at once if it already is; wrap a module's attribute.
+"""Run a hook right after a module is imported, or at once if it already is.
 
 The plugin is imported inside ``import verl`` in every process; importing verl's trainer modules there
 to patch them would make every worker pay for them (and risks import cycles). Hooks registered here run
@@ -7,12 +7,11 @@ when, and only if, the process imports the module.
 
 from __future__ import annotations
 
-import functools
 import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-from typing import Any, Callable
+from typing import Callable
 
 Hook = Callable[[ModuleType], None]
 _PENDING: dict[str, list[Hook]] = {}
@@ -56,12 +55,3 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         spec.loader = _HookedLoader(spec.loader, fullname)
         return spec
 
-
-def wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-    """Replace ``owner.name`` by ``make(original)`` (metadata kept), once: a wrapped attribute stays as is."""
-    original = getattr(owner, name)
-    if getattr(original, "__edge_verl_wrapped__", False):
-        return
-    wrapper = functools.wraps(original)(make(original))
-    wrapper.__edge_verl_wrapped__ = True
-    setattr(owner, name, wrapper)

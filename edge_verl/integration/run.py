@@ -1,21 +1,21 @@
 """What the plugin knows about one training run, and about the advantage step in progress.
 
-Two scopes, both explicit objects (no module-level mutable state):
+Two scopes, both explicit objects:
 
-- ``TrainingRun``: one per verl trainer, created when the trainer loads its checkpoint (before the first
-  rollout), attached to the trainer object. It holds the run's options parsed and validated ONCE (which
-  estimator, its config dataclass, whether GEC is on), GEPO's EMA thresholds (training state, saved with
-  every checkpoint by the trainer hooks), and the legacy trainer's estimator metrics waiting for verl's
-  metric collection. ``with active_run(run):`` (the trainers' ``fit`` wrappers) makes it the current run.
-- ``AdvantageStep``: one per advantage computation. The trainer wrapper that sees the inputs verl does
-  not pass to estimators (the old policy's per-token entropy, old log-probs) opens ``with
-  advantage_step(entropy=...) as step:`` around verl's own code; the estimator, called by verl, reads
-  ``current_step()`` and writes its metrics into ``step.metrics``; the wrapper hands them to verl's step
-  metrics after the block. Nested blocks (v1: the trainer method, then verl's ``compute_advantage``) join
-  the outer step. Every path, exceptions included, restores the previous context.
+- ``TrainingRun``: one per verl trainer that uses the plugin (``plugin_in_use``), created when the
+  trainer loads its checkpoint (before the first rollout) and attached to the trainer object. It holds
+  the run's options parsed and validated ONCE (which estimator, its config dataclass, whether GEC is on)
+  and GEPO's EMA thresholds (training state, saved with every checkpoint by the trainer adapters). A
+  plain verl run gets none, and every adapter passes it straight through.
+- ``AdvantageStep``: one per advantage computation, opened by the trainer's adapter with ``with
+  advantage_step(run, entropy=...) as step:`` around verl's own code. The estimator, called by verl,
+  reads its inputs from ``current_step()`` and writes its metrics and loss columns into the step; the
+  adapter returns them to verl after the block. Steps do not nest (a second one is an error), and every
+  path, exceptions included, closes the step.
 
-Both "current" slots are ``contextvars.ContextVar``s: scoped, reset by the ``with`` blocks, and private
-to the thread (a second trainer in another thread never sees this one's step).
+``active_run`` makes a run current for the legacy trainer's ``fit`` (its advantage function and agent-loop
+manager have no reference to the trainer). Both "current" slots are ``contextvars.ContextVar``s: scoped,
+reset by the ``with`` blocks, and private to the thread.
 """
 
 from __future__ import annotations
@@ -66,6 +66,18 @@ def estimator_options(algorithm_config: Any, estimator: str) -> EdaConfig | Gepo
     return options_class.from_mapping(config_section(algorithm_config, estimator))
 
 
+def plugin_in_use(algorithm_config: Any) -> bool:
+    """The run asks for something of the plugin: one of its estimators, or options under
+    ``algorithm.edge_gec`` / ``algorithm.edge_metrics`` (which are then validated, even when they switch
+    nothing on). Plain look-ups, nothing parsed: a plain verl run pays nothing."""
+    if not hasattr(algorithm_config, "get"):
+        return False
+    if str(algorithm_config.get("adv_estimator", "")) in names.ESTIMATORS:
+        return True
+    sections = (algorithm_config.get(names.GEC_SECTION, None), algorithm_config.get(names.METRICS_SECTION, None))
+    return any(section is not None and len(section) > 0 for section in sections)
+
+
 def gec_options(algorithm_config: Any) -> GecConfig:
     """The validated ``algorithm.edge_gec`` options (``enable`` is GEC's one switch)."""
     return GecConfig.from_mapping(config_section(algorithm_config, names.GEC_SECTION))
@@ -77,7 +89,8 @@ class TrainingRun:
 
     estimator: ``algorithm.adv_estimator``; options: its validated config when it is one of ours;
     gec: the validated GEC options (``gec.enable`` says whether GEC is on); metrics: the extra metrics asked
-    for (``algorithm.edge_metrics``); thresholds: GEPO's state.
+    for (``algorithm.edge_metrics``); thresholds: GEPO's state; grader_metrics: the run grades with
+    edge_verl's reward (log ``edge_verl/grader/*``).
     """
 
     estimator: str
@@ -85,9 +98,8 @@ class TrainingRun:
     gec: GecConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     thresholds: Optional[GepoThresholds] = None
-    grader_metrics: bool = False  # the run's reward is edge_verl's: log edge_verl/grader/* (set from verl's config)
+    grader_metrics: bool = False
     norm_adv_by_std: bool = True  # verl's algorithm.norm_adv_by_std_in_grpo
-    pending_metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, algorithm_config: Any) -> "TrainingRun":
@@ -134,27 +146,22 @@ class TrainingRun:
         """EDA in the reference's form: the actor loss rescales the advantage with the current entropy."""
         return isinstance(self.options, EdaConfig) and self.options.entropy_gradient
 
-    @property
-    def is_ours(self) -> bool:
-        """True when any of the plugin's hooks has work to do in this run."""
-        return self.opens_advantage_step or self.gec_enabled
-
     def state_dict(self) -> dict:
         return {"gepo_thresholds": self.thresholds.state_dict() if self.thresholds is not None else None}
 
 
 @dataclass
 class AdvantageStep:
-    """Inputs handed to the estimator for one advantage computation, and the metrics it reports.
+    """Inputs handed to the estimator for one advantage computation, and what it hands back.
 
     inputs: per-token tensors (B, T) under the plugin's names: "entropy" (old policy's token entropy),
-    "old_log_probs". metrics: the estimator's metrics, already prefixed for verl's logger.
-    loss_columns: per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's
-    batch (EDA's gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer hooks
-    write both where the actor update reads its batch (legacy: the DataProto; v1: the TransferQueue).
+    "old_log_probs". metrics: the step's metrics, already prefixed for verl's logger. loss_columns:
+    per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's batch (EDA's
+    gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values
+    for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
     """
 
-    run: Optional[TrainingRun]
+    run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -186,7 +193,7 @@ def current_step() -> Optional[AdvantageStep]:
 
 @contextlib.contextmanager
 def active_run(run: TrainingRun) -> Iterator[TrainingRun]:
-    """Make ``run`` the current training run for the block (the trainers' ``fit``)."""
+    """Make ``run`` the current training run for the block (the legacy trainer's ``fit``)."""
     token = _CURRENT_RUN.set(run)
     try:
         yield run
@@ -195,19 +202,11 @@ def active_run(run: TrainingRun) -> Iterator[TrainingRun]:
 
 
 @contextlib.contextmanager
-def advantage_step(**inputs: Optional[torch.Tensor]) -> Iterator[AdvantageStep]:
-    """One advantage computation: hand ``inputs`` (None values are skipped) to the estimator inside.
-
-    Inside an open step (nested wrappers), the inputs are added to it and the same step is yielded.
-    """
-    given = {key: value for key, value in inputs.items() if value is not None}
-    outer = _CURRENT_STEP.get()
-    if outer is not None:
-        for key, value in given.items():
-            outer.inputs.setdefault(key, value)
-        yield outer
-        return
-    step = AdvantageStep(run=_CURRENT_RUN.get(), inputs=given)
+def advantage_step(run: Optional[TrainingRun], **inputs: Optional[torch.Tensor]) -> Iterator[AdvantageStep]:
+    """One advantage computation of ``run``: hand ``inputs`` (None values are skipped) to the estimator."""
+    if _CURRENT_STEP.get() is not None:
+        raise RuntimeError("an advantage step is already open: each trainer adapter opens exactly one per step")
+    step = AdvantageStep(run=run, inputs={key: value for key, value in inputs.items() if value is not None})
     token = _CURRENT_STEP.set(step)
     try:
         yield step

@@ -1,31 +1,30 @@
-"""Thin wrappers around verl 0.9.1 trainer internals; each unpacks, calls one plugin function, packs.
+"""The trainer adapters: one per verl 0.9.1 trainer; each wrapper unpacks, calls one plugin function, packs.
 
-Every wrapper is gated on "this run uses one of the plugin's estimators, or GEC" (``TrainingRun``): a
-plain verl run with the plugin installed does exactly what it does without it (no extra TransferQueue
-fetch, no extra checkpoint file). What each wrapper is for:
-- ``verl.utils.config.validate_config`` (verl's ``main``, before ``ray.init``): the plugin's preflight
-  (``integration/preflight.py``), so a mistake in its options fails in seconds, before Ray starts;
-- both trainers' ``_load_checkpoint`` (before the first rollout): build the run's ``TrainingRun`` (options
-  parsed and validated once), check GEC's setup against the data, restore GEPO's thresholds on resume;
-  ``_save_checkpoint``: save them; ``fit``: make the run current (``active_run``) for the whole loop;
-- ``compute_advantage`` (``ray_trainer`` and ``v1.utils`` bindings): open the ``AdvantageStep`` that hands
-  the batch's old_log_probs / entropy to the estimator (verl passes neither), and, when the run asks for
-  ``algorithm.edge_metrics.advantage_stats``, compute ``edge_verl/adv/*`` for any estimator;
-- v1 ``PPOTrainer._compute_advantage``: fetch per-token ``entropy`` from the TransferQueue when the
-  estimator needs it (v1 writes it but does not read it back), and add the estimator's metrics to the
-  step's metrics; v1 ``PPOTrainer._compute_metrics``: GEC's metrics from the rollout's extra_fields, and
-  the reward's grader outcomes (``edge_verl/grader/*``) when the run grades with edge_verl's reward;
-- legacy ``RayPPOTrainer._compute_old_log_prob``: keep a copy of ``entropys``, which legacy pops;
-  legacy ``ray_trainer.compute_data_metrics``: the estimator's, GEC's and the grader's metrics into the
-  step's metrics;
-- legacy ``AgentLoopManager.generate_sequences``: number each response within its uid group before verl
-  splits the batch across agent-loop workers, so GEC's seeded decisions do not depend on the split;
-- EDA's gradient form: the advantage step's loss columns go where the actor update reads its batch (legacy:
-  the ``compute_advantage`` wrapper, into the DataProto; v1: ``_compute_advantage``, into the
-  TransferQueue); both trainers' ``_update_actor``: stop when the actor loss hook did not run
-  (``integration/eda_loss.py`` wraps verl's ``ppo_loss`` in the workers).
-``VERL_INTERNALS`` lists every verl attribute used here with the parameters relied on; the internals
-test (and ``edge-verl doctor``) fail when an upgrade changes one.
+verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA also needs
+the old policy's per-token entropy and GEPO the old log-probs, and both report metrics verl does not ask
+for. Each adapter gathers those inputs once, opens the step's ``AdvantageStep`` (``integration/run.py``)
+around verl's own advantage code, and hands the step's metrics and loss columns back to verl as values:
+
+- ``LegacyAdapter`` (``RayPPOTrainer``, ``trainer.use_v1=False``): ``_compute_old_log_prob`` keeps a copy of
+  ``entropys`` (which verl pops); ``ray_trainer.compute_advantage`` (called by ``fit``) opens the step with
+  the batch's ``old_log_probs`` and that copy, and returns the loss columns as batch columns and the
+  metrics in ``meta_info``, which ``compute_data_metrics(batch)`` adds to the step's metrics with GEC's and
+  the grader's; ``AgentLoopManager.generate_sequences`` numbers each response within its uid group before
+  verl splits the batch (GEC's seeded decisions then do not depend on the split); ``fit`` makes the run
+  current for the two module-level functions, which have no reference to the trainer.
+- ``V1Adapter`` (``PPOTrainer``): ``_compute_advantage(batch, metrics)`` fetches the entropy from the
+  TransferQueue when the estimator needs it, opens the step, and puts the metrics into verl's ``metrics``
+  and the loss columns into the TransferQueue; inside it, ``v1.utils.compute_advantage`` adds the
+  batch's ``old_log_probs`` and the advantage statistics; ``_compute_metrics``: GEC's and the grader's
+  metrics from the rollout's ``extra_fields``.
+- both: ``_load_checkpoint`` creates the run's ``TrainingRun`` (before the first rollout) and restores
+  GEPO's thresholds on resume, ``_save_checkpoint`` saves them, ``_update_actor`` stops a run whose actor
+  loss hook (``integration/eda_loss.py``) did not run; ``validate_config`` (verl's ``main``, before
+  ``ray.init``) runs the plugin's preflight.
+Every wrapper is gated on the run using the plugin (``run.plugin_in_use``): a plain verl run has no
+``TrainingRun``, and each wrapper then calls verl's function and returns its result untouched (no extra
+TransferQueue call, no extra column, metric or file). Every patched attribute is in
+``internals.CORE``; ``HOOKS`` says which verl module's import installs which adapter.
 """
 
 from __future__ import annotations
@@ -37,62 +36,17 @@ import numpy as np
 import torch
 
 from edge_verl.integration import eda_loss, estimators, names
-from edge_verl.integration.post_import import wrap
+from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import check_gec_rows, check_run_config, preflight_or_exit
-from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, prefixed
+from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, plugin_in_use, prefixed
 from edge_verl.integration.state import restore_run_state, save_state
 
-# module -> attribute path -> the parameters relied on (functions: the leading parameters, in order;
-# classes: constructor fields that must exist). See edge_verl.integration.internals.
-VERL_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
-    "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
-    "verl.trainer.ppo.core_algos": {
-        "register_adv_est": ("name_or_enum",),
-        "get_adv_estimator_fn": ("name_or_enum",),
-        "ADV_ESTIMATOR_REGISTRY": (),
-    },
-    "verl.trainer.ppo.ray_trainer": {
-        "compute_advantage": ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
-        "compute_data_metrics": ("batch", "use_critic"),
-        "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
-        "RayPPOTrainer._update_actor": ("self", "batch"),
-        "RayPPOTrainer._load_checkpoint": ("self",),
-        "RayPPOTrainer._save_checkpoint": ("self",),
-        "RayPPOTrainer.fit": ("self",),
-    },
-    "verl.trainer.ppo.v1.utils": {
-        "compute_advantage": ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
-    },
-    "verl.trainer.ppo.v1.trainer_base": {
-        "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
-        "KVBatchMeta": ("keys", "tags", "partition_id"),
-        "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
-        "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
-        "PPOTrainer._update_actor": ("self", "batch", "metrics"),
-        "PPOTrainer._load_checkpoint": ("self",),
-        "PPOTrainer._save_checkpoint": ("self",),
-        "PPOTrainer.fit": ("self", "agent_loop_manager"),
-    },
-    "verl.experimental.agent_loop.agent_loop": {
-        "register": ("agent_name",),
-        "_agent_loop_registry": (),
-        "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
-        "AgentLoopManager.generate_sequences": ("self", "prompts"),
-        "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
-    },
-    "verl.experimental.agent_loop.single_turn_agent_loop": {
-        "SingleTurnAgentLoop.run": ("self", "sampling_params"),
-    },
-    "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
-    "verl.workers.utils.losses": {"ppo_loss": ("config", "model_output", "data", "dp_group"), "get_policy_loss_fn": ("name",)},
-    "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
-    "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
-}
-
 _RUN_ATTRIBUTE = "_edge_verl_run"
+# Legacy trainer: the step's metrics travel in the batch's meta_info from compute_advantage to compute_data_metrics.
+STEP_METRICS_KEY = "edge_verl_step_metrics"
 
 
-# --- the run: created before the first rollout, current during fit ---------------------------------------
+# --- the run (both trainers): created before the first rollout ------------------------------------------------
 
 
 def agent_names(dataset: Any) -> Optional[list]:
@@ -103,24 +57,25 @@ def agent_names(dataset: Any) -> Optional[list]:
     return list(frame["agent_name"]) if "agent_name" in frame.column_names else []
 
 
-def start_run(trainer: Any) -> TrainingRun:
-    """The run's ``TrainingRun`` from its config, checked against its data; attached to the trainer."""
+def start_run(trainer: Any) -> Optional[TrainingRun]:
+    """The run's ``TrainingRun`` (None for a run that does not use the plugin), checked against its data;
+    attached to the trainer."""
     config = trainer.config
-    run = check_run_config(config)
-    agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
-    check_gec_rows(
-        run.gec_enabled,
-        agent.get("default_agent_loop", None),
-        agent_names(getattr(trainer, "train_dataset", None)),
-        agent_names(getattr(trainer, "val_dataset", None)),
-    )
+    run = check_run_config(config) if plugin_in_use(config.algorithm) else None
+    if run is not None:
+        agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
+        check_gec_rows(
+            run.gec_enabled,
+            agent.get("default_agent_loop", None),
+            agent_names(getattr(trainer, "train_dataset", None)),
+            agent_names(getattr(trainer, "val_dataset", None)),
+        )
     setattr(trainer, _RUN_ATTRIBUTE, run)
     return run
 
 
-def run_of(trainer: Any) -> TrainingRun:
-    run = getattr(trainer, _RUN_ATTRIBUTE, None)
-    return run if run is not None else start_run(trainer)
+def run_of(trainer: Any) -> Optional[TrainingRun]:
+    return getattr(trainer, _RUN_ATTRIBUTE) if hasattr(trainer, _RUN_ATTRIBUTE) else start_run(trainer)
 
 
 def _resumed_folder(trainer: Any) -> Optional[str]:
@@ -139,7 +94,7 @@ def _make_load_checkpoint(original: Callable) -> Callable:
         run = run_of(self)
         result = original(self, *args, **kwargs)
         folder = _resumed_folder(self)
-        if folder is not None:
+        if run is not None and folder is not None:
             restore_run_state(run, folder)
         return result
 
@@ -150,22 +105,27 @@ def _make_save_checkpoint(original: Callable) -> Callable:
     def _save_checkpoint(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
         run = run_of(self)
-        if run.thresholds is not None:
+        if run is not None and run.thresholds is not None:
             save_state(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"), run.state_dict())
         return result
 
     return _save_checkpoint
 
 
-def _make_fit(original: Callable) -> Callable:
-    def fit(self, *args, **kwargs):
-        with active_run(run_of(self)):
-            return original(self, *args, **kwargs)
-
-    return fit
+_LOSS_HOOK_METRIC = f"actor/{names.EDA_ESTIMATOR}/loss_scale_mean"
 
 
-# --- the advantage step (both trainers) --------------------------------------------------------------------
+def check_loss_hook_ran(run: Optional[TrainingRun], metric_keys: Iterable[str]) -> None:
+    """EDA's gradient form lives in the actor workers' loss: an update without its metric means the
+    plugin was not loaded there (the detached form would train silently)."""
+    if run is not None and run.entropy_gradient and _LOSS_HOOK_METRIC not in set(metric_keys):
+        raise RuntimeError(
+            f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: the "
+            "edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
+        )
+
+
+# --- what both adapters compute: advantage statistics, GEC's and the grader's metrics ------------------------
 
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
@@ -181,135 +141,38 @@ def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
     return prefixed(stats, names.ADVANTAGE_SCOPE)
 
 
-def _make_compute_advantage(original: Callable) -> Callable:
-    def compute_advantage(data, adv_estimator, *args, **kwargs):
-        run = current_run()
-        ours = str(adv_estimator) in names.ESTIMATORS
-        with_stats = ours or (run is not None and run.advantage_stats)
-        if not ours and not with_stats:
-            return original(data, adv_estimator, *args, **kwargs)
-        inputs = {}
-        if ours:
-            batch = data.batch
-            inputs = {ours_key: batch[key] for key, ours_key in estimators.BATCH_KEYS.items() if key in batch.keys()}
-            if names.ENTROPY_COPY_KEY in batch.keys():
-                inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
-        outermost = current_step() is None
-        with advantage_step(**inputs) as step:
-            data = original(data, adv_estimator, *args, **kwargs)
-            if with_stats:
-                step.metrics.update(advantage_metrics(data, step))
-        if outermost:  # legacy trainer: the batch goes on to the actor as it is
-            for key, column in step.loss_columns.items():
-                data.batch[key] = column.to(data.batch["advantages"].dtype)
-            data.meta_info.update(step.loss_options)
-            if run is not None:  # compute_data_metrics collects them
-                run.pending_metrics.update(step.metrics)
-        return data
-
-    return compute_advantage
+def step_inputs(data: Any) -> dict[str, torch.Tensor]:
+    """The estimator's per-token inputs in a verl batch, under the plugin's names (``estimators.BATCH_KEYS``);
+    the legacy trainer's entropy copy is taken out of the batch."""
+    batch = data.batch
+    inputs = {ours: batch[key] for key, ours in estimators.BATCH_KEYS.items() if key in batch.keys()}
+    if names.ENTROPY_COPY_KEY in batch.keys():
+        inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
+    return inputs
 
 
-def _make_v1_compute_advantage(original: Callable, tq_module: Any) -> Callable:
-    def _compute_advantage(self, batch, metrics, *args, **kwargs):
-        run = run_of(self)
-        if not run.opens_advantage_step:
-            return original(self, batch, metrics, *args, **kwargs)
-        entropy = response_mask = None
-        if run.needs_entropy:
-            fetched = tq_module.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
-            response_mask = fetched["response_mask"]
-            entropy = fetched.to_padded_tensor()["entropy"]
-        with advantage_step(entropy=entropy) as step:
-            result = original(self, batch, metrics, *args, **kwargs)
-        metrics.update(step.metrics)
-        if step.loss_columns:
-            result = _put_loss_inputs(tq_module, result, step, response_mask)
-        return result
-
-    return _compute_advantage
+def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tuple, kwargs: dict) -> Any:
+    """verl's ``compute_advantage`` inside an open step, with the batch's inputs for the estimator and,
+    when the run asks for them (``edge_metrics.advantage_stats``), the advantage statistics of whatever
+    estimator ran (the plugin's estimators report their own variance and tied groups in any case)."""
+    for key, value in step_inputs(data).items():
+        step.inputs.setdefault(key, value)
+    data = original(data, *args, **kwargs)
+    if step.run is not None and step.run.advantage_stats:
+        step.metrics.update(advantage_metrics(data, step))
+    return data
 
 
-def _put_loss_inputs(tq_module: Any, batch: Any, step: Any, response_mask: Any) -> Any:
-    """v1: the estimator's loss columns into the TransferQueue next to ``advantages`` (nested the same
-    way, on the rows' response lengths), its loss options into the batch's extra_info (which reaches the
-    actor update as non-tensor data)."""
-    from tensordict import TensorDict
-    from verl.workers.utils.padding import response_to_nested
-
-    fields = TensorDict({key: response_to_nested(column, response_mask) for key, column in step.loss_columns.items()}, batch_size=len(batch.keys))
-    stored = tq_module.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
-    stored.extra_info = {**(batch.extra_info or {}), **(stored.extra_info or {}), **step.loss_options}
-    return stored
-
-
-_LOSS_HOOK_METRIC = f"actor/{names.EDA_ESTIMATOR}/loss_scale_mean"
-
-
-def _check_loss_hook_ran(run: TrainingRun, metric_keys: Iterable[str]) -> None:
-    """EDA's gradient form lives in the actor workers' loss: an update without its metric means the
-    plugin was not loaded there (the detached form would train silently)."""
-    if run.entropy_gradient and _LOSS_HOOK_METRIC not in set(metric_keys):
-        raise RuntimeError(
-            f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: the "
-            "edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
-        )
-
-
-def _make_v1_update_actor(original: Callable) -> Callable:
-    def _update_actor(self, batch, metrics, *args, **kwargs):
-        result = original(self, batch, metrics, *args, **kwargs)
-        _check_loss_hook_ran(run_of(self), metrics)
-        return result
-
-    return _update_actor
-
-
-def _make_legacy_update_actor(original: Callable) -> Callable:
-    def _update_actor(self, batch, *args, **kwargs):
-        output = original(self, batch, *args, **kwargs)
-        _check_loss_hook_ran(run_of(self), output.meta_info.get("metrics", {}))
-        return output
-
-    return _update_actor
-
-
-# --- GEC's metrics and sample numbering ------------------------------------------------------------------
-
-
-def _gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
+def gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
     from edge_verl.algorithms.gec import summarize_corrections
 
     return prefixed(summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs))
 
 
-def _grader_metrics(outcomes: Iterable) -> dict[str, float]:
+def grader_metrics(outcomes: Iterable) -> dict[str, float]:
     from edge_verl.reward.score import grader_outcome_fractions
 
     return prefixed(grader_outcome_fractions(outcomes), names.GRADER_SCOPE)
-
-
-def _make_v1_compute_metrics(original: Callable, tq_module: Any) -> Callable:
-    def _compute_metrics(self, batch, metrics, *args, **kwargs):
-        result = original(self, batch, metrics, *args, **kwargs)
-        run = run_of(self)
-        if not (run.gec_enabled or run.grader_metrics):
-            return result
-        keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
-        fields = ["extra_fields", "uid", "rm_scores", "response_mask", "old_log_probs"] if run.gec_enabled else ["extra_fields"]
-        data = tq_module.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
-        extras = [extra if isinstance(extra, dict) else {} for extra in data.pop("extra_fields").tolist()]
-        if run.grader_metrics:
-            metrics.update(_grader_metrics((extra.get(names.REWARD_EXTRA_INFO_FIELD) or {}).get(names.REWARD_GRADER_KEY) for extra in extras))
-        if not run.gec_enabled:
-            return result
-        infos = [extra.get(names.GEC_INFO_KEY) for extra in extras]
-        uids = [str(uid) for uid in data.pop("uid").tolist()]
-        padded = data.to_padded_tensor()
-        metrics.update(_gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"]))
-        return result
-
-    return _compute_metrics
 
 
 def sample_index_within_group(uids: Iterable) -> np.ndarray:
@@ -322,56 +185,206 @@ def sample_index_within_group(uids: Iterable) -> np.ndarray:
     return np.asarray(index, dtype=np.int64)
 
 
-def _make_generate_sequences(original: Callable) -> Callable:
-    def generate_sequences(self, prompts, *args, **kwargs):
-        run = current_run()
-        training = not prompts.meta_info.get("validate", False)
-        if run is not None and run.gec_enabled and training and "uid" in prompts.non_tensor_batch:
-            prompts.non_tensor_batch[names.SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
-        return original(self, prompts, *args, **kwargs)
-
-    return generate_sequences
+# --- the legacy trainer: verl.trainer.ppo.ray_trainer.RayPPOTrainer --------------------------------------------
 
 
-# --- legacy trainer ----------------------------------------------------------------------------------------
+class LegacyAdapter:
+    """``RayPPOTrainer.fit``: old log-prob pass -> ``compute_advantage(batch)`` -> ``_update_actor(batch)`` ->
+    ``compute_data_metrics(batch=batch)``; the batch (a DataProto) carries everything between them."""
 
+    @staticmethod
+    def compute_old_log_prob(original: Callable) -> Callable:
+        def _compute_old_log_prob(self, batch, *args, **kwargs):
+            output = original(self, batch, *args, **kwargs)
+            old_log_prob = output[0] if isinstance(output, tuple) else output
+            run = run_of(self)
+            if run is not None and run.needs_entropy and "entropys" in old_log_prob.batch.keys():
+                old_log_prob.batch[names.ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
+            return output
 
-def _make_legacy_old_log_prob(original: Callable) -> Callable:
-    def _compute_old_log_prob(self, batch, *args, **kwargs):
-        output = original(self, batch, *args, **kwargs)
-        old_log_prob = output[0] if isinstance(output, tuple) else output
-        if run_of(self).needs_entropy and "entropys" in old_log_prob.batch.keys():
-            old_log_prob.batch[names.ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
-        return output
+        return _compute_old_log_prob
 
-    return _compute_old_log_prob
+    @staticmethod
+    def compute_advantage(original: Callable) -> Callable:
+        """Also serves a call of its own (a script, a trainer subclass with its own ``fit``): one of the
+        plugin's estimators then gets its options from ``config`` (GEPO, whose state needs a run, refuses)."""
 
+        def compute_advantage(data, adv_estimator, *args, **kwargs):
+            run = current_run()
+            ours = str(adv_estimator) in names.ESTIMATORS
+            if not (ours or (run is not None and run.opens_advantage_step)):
+                return original(data, adv_estimator, *args, **kwargs)
+            with advantage_step(run) as step:
+                data = compute_advantage_in_step(original, step, data, (adv_estimator, *args), kwargs)
+            for key, column in step.loss_columns.items():  # the batch goes on to the actor as it is
+                data.batch[key] = column.to(data.batch["advantages"].dtype)
+            data.meta_info.update(step.loss_options)
+            data.meta_info[STEP_METRICS_KEY] = step.metrics
+            return data
 
-def _make_compute_data_metrics(original: Callable) -> Callable:
-    def compute_data_metrics(*args, **kwargs):
-        metrics = original(*args, **kwargs)
-        run = current_run()
-        batch = kwargs.get("batch", args[0] if args else None)
-        if run is not None and run.grader_metrics and batch is not None and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
-            metrics.update(_grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
-        if run is None or not run.is_ours:
+        return compute_advantage
+
+    @staticmethod
+    def compute_data_metrics(original: Callable) -> Callable:
+        def compute_data_metrics(batch, use_critic=True, *args, **kwargs):
+            metrics = original(batch, use_critic, *args, **kwargs)
+            run = current_run()
+            if run is None:
+                return metrics
+            metrics.update(batch.meta_info.pop(STEP_METRICS_KEY, {}))
+            if run.grader_metrics and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
+                metrics.update(grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
+            infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY)
+            if run.gec_enabled and infos is not None:  # agent-loop extra_fields are non-tensor columns here
+                old_log_probs = batch.batch["old_log_probs"] if "old_log_probs" in batch.batch.keys() else None
+                scores = batch.batch["token_level_scores"].sum(dim=-1)
+                metrics.update(gec_metrics(list(infos), scores, batch.non_tensor_batch["uid"], batch.batch["response_mask"], old_log_probs))
             return metrics
-        metrics.update(run.pending_metrics)
-        run.pending_metrics.clear()
-        infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY) if batch is not None else None
-        if infos is not None:  # legacy trainer: agent-loop extra_fields are non-tensor columns
-            metrics.update(
-                _gec_metrics(
-                    list(infos),
-                    batch.batch["token_level_scores"].sum(dim=-1),
-                    batch.non_tensor_batch["uid"],
-                    batch.batch["response_mask"],
-                    batch.batch["old_log_probs"] if "old_log_probs" in batch.batch.keys() else None,
-                )
-            )
-        return metrics
 
-    return compute_data_metrics
+        return compute_data_metrics
+
+    @staticmethod
+    def update_actor(original: Callable) -> Callable:
+        def _update_actor(self, batch, *args, **kwargs):
+            output = original(self, batch, *args, **kwargs)
+            check_loss_hook_ran(run_of(self), output.meta_info.get("metrics", {}))
+            return output
+
+        return _update_actor
+
+    @staticmethod
+    def fit(original: Callable) -> Callable:
+        def fit(self, *args, **kwargs):
+            run = run_of(self)
+            if run is None:
+                return original(self, *args, **kwargs)
+            with active_run(run):
+                return original(self, *args, **kwargs)
+
+        return fit
+
+    @staticmethod
+    def generate_sequences(original: Callable) -> Callable:
+        def generate_sequences(self, prompts, *args, **kwargs):
+            run = current_run()
+            training = not prompts.meta_info.get("validate", False)
+            if run is not None and run.gec_enabled and training and "uid" in prompts.non_tensor_batch:
+                prompts.non_tensor_batch[names.SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
+            return original(self, prompts, *args, **kwargs)
+
+        return generate_sequences
+
+    @classmethod
+    def install(cls, module: Any) -> None:
+        CORE.wrap(module, "compute_advantage", cls.compute_advantage)
+        CORE.wrap(module, "compute_data_metrics", cls.compute_data_metrics)
+        for path, make in (
+            ("RayPPOTrainer._compute_old_log_prob", cls.compute_old_log_prob),
+            ("RayPPOTrainer._update_actor", cls.update_actor),
+            ("RayPPOTrainer._load_checkpoint", _make_load_checkpoint),
+            ("RayPPOTrainer._save_checkpoint", _make_save_checkpoint),
+            ("RayPPOTrainer.fit", cls.fit),
+        ):
+            CORE.wrap(module, path, make)
+
+
+# --- the v1 trainer: verl.trainer.ppo.v1.trainer_base.PPOTrainer ----------------------------------------------
+
+
+class V1Adapter:
+    """``PPOTrainer``: every step's data lives in the TransferQueue (``tq``); ``_compute_advantage(batch,
+    metrics)`` fetches what verl's advantage code reads and writes the advantages back."""
+
+    def __init__(self, tq_module: Any):
+        self.tq = tq_module
+
+    def compute_advantage(self, original: Callable) -> Callable:
+        def _compute_advantage(trainer, batch, metrics, *args, **kwargs):
+            run = run_of(trainer)
+            if run is None or not run.opens_advantage_step:
+                return original(trainer, batch, metrics, *args, **kwargs)
+            entropy = response_mask = None
+            if run.needs_entropy:
+                fetched = self.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
+                response_mask = fetched["response_mask"]
+                entropy = fetched.to_padded_tensor()["entropy"]
+            with advantage_step(run, entropy=entropy) as step:
+                result = original(trainer, batch, metrics, *args, **kwargs)
+            metrics.update(step.metrics)
+            return self.put_loss_inputs(result, step, response_mask) if step.loss_columns else result
+
+        return _compute_advantage
+
+    def put_loss_inputs(self, batch: Any, step: Any, response_mask: Any) -> Any:
+        """The estimator's loss columns into the TransferQueue next to ``advantages`` (nested the same way,
+        on the rows' response lengths), its loss options into the batch's extra_info (which reaches the
+        actor update as non-tensor data)."""
+        from tensordict import TensorDict
+        from verl.workers.utils.padding import response_to_nested
+
+        fields = TensorDict({key: response_to_nested(column, response_mask) for key, column in step.loss_columns.items()}, batch_size=len(batch.keys))
+        stored = self.tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        stored.extra_info = {**(batch.extra_info or {}), **(stored.extra_info or {}), **step.loss_options}
+        return stored
+
+    @staticmethod
+    def utils_compute_advantage(original: Callable) -> Callable:
+        """``v1.utils.compute_advantage``: called by ``_compute_advantage``, inside the step it opened (any
+        other caller gets verl's function as it is)."""
+
+        def compute_advantage(data, *args, **kwargs):
+            step = current_step()
+            if step is None:
+                return original(data, *args, **kwargs)
+            return compute_advantage_in_step(original, step, data, args, kwargs)
+
+        return compute_advantage
+
+    def compute_metrics(self, original: Callable) -> Callable:
+        def _compute_metrics(trainer, batch, metrics, *args, **kwargs):
+            result = original(trainer, batch, metrics, *args, **kwargs)
+            run = run_of(trainer)
+            if run is None or not (run.gec_enabled or run.grader_metrics):
+                return result
+            keys = [key for key, tag in zip(batch.keys, batch.tags) if not tag.get("is_padding", False)]
+            fields = ["extra_fields", "uid", "rm_scores", "response_mask", "old_log_probs"] if run.gec_enabled else ["extra_fields"]
+            data = self.tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=fields)
+            extras = [extra if isinstance(extra, dict) else {} for extra in data.pop("extra_fields").tolist()]
+            if run.grader_metrics:
+                metrics.update(grader_metrics((extra.get(names.REWARD_EXTRA_INFO_FIELD) or {}).get(names.REWARD_GRADER_KEY) for extra in extras))
+            if run.gec_enabled:
+                uids = [str(uid) for uid in data.pop("uid").tolist()]
+                padded = data.to_padded_tensor()
+                infos = [extra.get(names.GEC_INFO_KEY) for extra in extras]
+                metrics.update(gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"]))
+            return result
+
+        return _compute_metrics
+
+    @staticmethod
+    def update_actor(original: Callable) -> Callable:
+        def _update_actor(self, batch, metrics, *args, **kwargs):
+            result = original(self, batch, metrics, *args, **kwargs)
+            check_loss_hook_ran(run_of(self), metrics)
+            return result
+
+        return _update_actor
+
+    @classmethod
+    def install(cls, module: Any) -> None:
+        adapter = cls(module.tq)
+        for path, make in (
+            ("PPOTrainer._compute_advantage", adapter.compute_advantage),
+            ("PPOTrainer._compute_metrics", adapter.compute_metrics),
+            ("PPOTrainer._update_actor", cls.update_actor),
+            ("PPOTrainer._load_checkpoint", _make_load_checkpoint),
+            ("PPOTrainer._save_checkpoint", _make_save_checkpoint),
+        ):
+            CORE.wrap(module, path, make)
+
+    @classmethod
+    def install_utils(cls, module: Any) -> None:
+        CORE.wrap(module, "compute_advantage", cls.utils_compute_advantage)
 
 
 # --- installation (edge_verl.integration.plugin runs these when verl imports each module) -----------------
@@ -380,7 +393,8 @@ def _make_compute_data_metrics(original: Callable) -> Callable:
 def _make_validate_config(original: Callable) -> Callable:
     def validate_config(config, *args, **kwargs):
         result = original(config, *args, **kwargs)
-        preflight_or_exit(config)
+        if plugin_in_use(config.algorithm):
+            preflight_or_exit(config)
         return result
 
     return validate_config
@@ -388,40 +402,13 @@ def _make_validate_config(original: Callable) -> Callable:
 
 def patch_verl_config(module: Any) -> None:
     """verl's ``main`` validates its config before ``ray.init``: the plugin's preflight runs right after."""
-    wrap(module, "validate_config", _make_validate_config)
-
-
-def patch_ray_trainer(module: Any) -> None:
-    wrap(module, "compute_advantage", _make_compute_advantage)
-    wrap(module, "compute_data_metrics", _make_compute_data_metrics)
-    for name, make in (
-        ("_compute_old_log_prob", _make_legacy_old_log_prob),
-        ("_update_actor", _make_legacy_update_actor),
-        ("_load_checkpoint", _make_load_checkpoint),
-        ("_save_checkpoint", _make_save_checkpoint),
-        ("fit", _make_fit),
-    ):
-        wrap(module.RayPPOTrainer, name, make)
-
-
-def patch_v1_utils(module: Any) -> None:
-    wrap(module, "compute_advantage", _make_compute_advantage)
-
-
-def patch_v1_trainer_base(module: Any) -> None:
-    trainer = module.PPOTrainer
-    wrap(trainer, "_compute_advantage", lambda original: _make_v1_compute_advantage(original, module.tq))
-    wrap(trainer, "_compute_metrics", lambda original: _make_v1_compute_metrics(original, module.tq))
-    wrap(trainer, "_update_actor", _make_v1_update_actor)
-    wrap(trainer, "_load_checkpoint", _make_load_checkpoint)
-    wrap(trainer, "_save_checkpoint", _make_save_checkpoint)
-    wrap(trainer, "fit", _make_fit)
+    CORE.wrap(module, "validate_config", _make_validate_config)
 
 
 def patch_agent_loop(module: Any) -> None:
     from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
 
-    wrap(module.AgentLoopManager, "generate_sequences", _make_generate_sequences)
+    CORE.wrap(module, "AgentLoopManager.generate_sequences", LegacyAdapter.generate_sequences)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
@@ -429,7 +416,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.workers.utils.losses": eda_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,
-    "verl.trainer.ppo.ray_trainer": patch_ray_trainer,
-    "verl.trainer.ppo.v1.utils": patch_v1_utils,
-    "verl.trainer.ppo.v1.trainer_base": patch_v1_trainer_base,
+    "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
+    "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
+    "verl.trainer.ppo.v1.trainer_base": V1Adapter.install,
 }

@@ -19,9 +19,8 @@ from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE
 
 from tests.e2e.gec_checks import BRANCHES, check_forced_branch_run, check_token_accounting, forced_branch_overrides
 from tests.e2e.gec_recorder import RECORD_ENV, agent_loop_config
-from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, GRADER_KEYS, assert_grader_metrics
+from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
-pytestmark = pytest.mark.e2e
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
@@ -45,10 +44,10 @@ def test_plain_grpo_through_vllm_trains_with_synced_weights_and_writes_nothing_o
     assert [row["step"] for row in rows] == [1, 2]
     assert_rollout_matches_actor(rows)
     for row in rows:
-        assert_grader_metrics(row)
         assert 0 < row["response_length/mean"] <= row["response_length/max"] <= SAMPLE_TOKENS
-    # the demo grades with edge_verl's reward, so its grader metrics are there; nothing else of the plugin
-    assert {key for row in rows for key in row if key.startswith("edge_verl/")} == GRADER_KEYS
+    # nothing of the plugin's was asked for: not even the grader metrics of its reward, which grades this run
+    # (they come with any run that uses the plugin, e.g. the GEPO run below)
+    assert not {key for row in rows for key in row if key.startswith("edge_verl/")}
     assert (out / "checkpoints" / "global_step_2").is_dir()
     assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
 
@@ -60,6 +59,8 @@ def test_gepo_through_vllm_logs_its_metrics_and_moves_its_thresholds(run_cpu_dem
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
     assert [row["edge_verl/gepo/ema_updates"] for row in rows] == [1, 2]
+    for row in rows:
+        assert_grader_metrics(row)
 
 
 @pytest.mark.parametrize("branch", list(BRANCHES))

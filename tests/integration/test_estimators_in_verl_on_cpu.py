@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-verl = pytest.importorskip("verl")
-from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
-from verl.trainer.ppo import core_algos, ray_trainer  # noqa: E402
-from verl.trainer.ppo.v1 import utils as v1_utils  # noqa: E402
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo import core_algos, ray_trainer
+from verl.trainer.ppo.v1 import utils as v1_utils
 
-from edge_verl.algorithms.eda import compute_eda_advantages  # noqa: E402
-from edge_verl.algorithms.group_stats import group_index_from_uids  # noqa: E402
-from edge_verl.integration import estimators  # noqa: E402
-from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
+from edge_verl.algorithms.eda import compute_eda_advantages
+from edge_verl.algorithms.group_stats import group_index_from_uids
+from edge_verl.integration import estimators
+from edge_verl.integration.run import TrainingRun, active_run
+from edge_verl.integration.trainer_hooks import STEP_METRICS_KEY
 
 pytestmark = pytest.mark.verl
 
@@ -53,11 +53,10 @@ def test_estimators_are_registered_by_import_verl():
 
 
 @pytest.mark.parametrize("entropy_key", ["entropys", "entropy"])
-@pytest.mark.parametrize("compute_advantage", [ray_trainer.compute_advantage, v1_utils.compute_advantage])
-def test_verl_compute_advantage_runs_edge_eda_with_either_entropy_name(entropy_key, compute_advantage):
+def test_verl_compute_advantage_runs_edge_eda_with_either_entropy_name(entropy_key):
     data = _data(entropy_key)
     expected_entropy = data.batch[entropy_key].clone()
-    out = compute_advantage(data, adv_estimator="edge_eda", num_repeat=4, config=_config())
+    out = ray_trainer.compute_advantage(data, adv_estimator="edge_eda", num_repeat=4, config=_config())
     group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
     expected = compute_eda_advantages(
         data.batch["token_level_rewards"].sum(-1), expected_entropy, data.batch["response_mask"],
@@ -67,22 +66,39 @@ def test_verl_compute_advantage_runs_edge_eda_with_either_entropy_name(entropy_k
     assert torch.all(out.batch["advantages"][:, 4:] == 0)
 
 
-def test_edge_eda_metrics_are_handed_to_the_run_for_the_step():
-    with _in_run(_config(), "edge_eda") as run:
-        ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
+def test_v1s_advantage_function_outside_the_v1_trainers_step_is_verls_own():
+    # v1.utils.compute_advantage joins the step PPOTrainer._compute_advantage opens; called on its own it
+    # is verl's function, so EDA gets no entropy and says where it comes from.
+    with pytest.raises(KeyError, match="inside one of verl's trainers"):
+        v1_utils.compute_advantage(_data("entropys"), adv_estimator="edge_eda", num_repeat=4, config=_config())
+
+
+def test_edge_eda_metrics_are_handed_back_with_the_batch():
+    with _in_run(_config(), "edge_eda"):
+        out = ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
     for key in ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max"):
-        assert f"edge_verl/edge_eda/{key}" in run.pending_metrics
+        assert f"edge_verl/edge_eda/{key}" in out.meta_info[STEP_METRICS_KEY]
+    assert not any(key.startswith("edge_verl/adv/") for key in out.meta_info[STEP_METRICS_KEY])  # not asked for
+
+
+@pytest.mark.parametrize("estimator, after", [("edge_eda", "adv_var_after"), ("gepo", "adv_var_after")])
+def test_asked_for_advantage_statistics_agree_with_the_estimators_own(estimator, after):
+    config = _config(edge_metrics={"advantage_stats": True})
+    with _in_run(config, estimator):
+        metrics = ray_trainer.compute_advantage(_data(seed=4), adv_estimator=estimator, config=config).meta_info[STEP_METRICS_KEY]
+    assert metrics["edge_verl/adv/var"] == pytest.approx(metrics[f"edge_verl/{estimator}/{after}"], rel=1e-5)
+    assert metrics["edge_verl/adv/zero_variance_group_frac"] == metrics[f"edge_verl/{estimator}/zero_variance_group_frac"]
 
 
 def test_gepo_through_verl_updates_the_runs_thresholds_once_per_call_and_reports_metrics():
     config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2})
     with _in_run(config, "gepo") as run:
         ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
-        ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
+        metrics = ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config).meta_info[STEP_METRICS_KEY]
     assert run.thresholds.num_updates == 2
-    assert run.pending_metrics["edge_verl/gepo/h_low"] == pytest.approx(run.thresholds.h_low)
-    assert run.pending_metrics["edge_verl/gepo/ema_updates"] == 2
-    assert 0.0 <= run.pending_metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
+    assert metrics["edge_verl/gepo/h_low"] == pytest.approx(run.thresholds.h_low)
+    assert metrics["edge_verl/gepo/ema_updates"] == 2
+    assert 0.0 <= metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
 
 
 def test_two_runs_keep_separate_thresholds():
@@ -139,9 +155,9 @@ def test_bad_option_from_the_algorithm_config_is_rejected():
 
 def test_grpo_is_left_to_verl():
     data = _data()
-    with _in_run(_config(), "grpo") as run:
+    with _in_run(_config(), "grpo"):
         out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
-    assert "advantages" in out.batch.keys() and run.pending_metrics == {}
+    assert "advantages" in out.batch.keys() and STEP_METRICS_KEY not in out.meta_info
 
 
 @pytest.mark.parametrize("estimator", ["edge_eda", "gepo"])
@@ -154,9 +170,9 @@ def test_step_metrics_equal_slow_references(estimator):
     data = _data(seed=3, pad_rows=2)
     data.batch["token_level_rewards"][:4] = 0.0  # group uid0: all wrong
     config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2}) if estimator == "gepo" else _config()
-    with _in_run(config, estimator) as run:
-        ray_trainer.compute_advantage(data, adv_estimator=estimator, config=config)
-    metrics = {key.rsplit("/", 1)[1]: value for key, value in run.pending_metrics.items() if f"/{estimator}/" in key}
+    with _in_run(config, estimator):
+        out = ray_trainer.compute_advantage(data, adv_estimator=estimator, config=config)
+    metrics = {key.rsplit("/", 1)[1]: value for key, value in out.meta_info[STEP_METRICS_KEY].items() if f"/{estimator}/" in key}
     scores = data.batch["token_level_rewards"].sum(-1)
     group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
     valid, mask = ~is_pad, data.batch["response_mask"]

@@ -71,13 +71,13 @@ IMPORT_ONLY = """
 import torch, verl
 from verl.workers import engine  # imports megatron (verl's engine registry), as every worker does
 from verl.workers.engine.megatron import transformer_impl
-wrapped = getattr(transformer_impl.MegatronEngine.__init__, "__edge_verl_wrapped__", False)
+wrapped = hasattr(transformer_impl.MegatronEngine.__init__, "__edge_verl_patch__")
 try:
     torch.zeros(1, device="cuda")
     created = "cpu"
 except (AssertionError, RuntimeError):
     created = "refused"
-print("STATE", wrapped, created, getattr(torch.Tensor.to, "__edge_verl_wrapped__", False))
+print("STATE", wrapped, created, hasattr(torch.Tensor.to, "__edge_verl_patch__"))
 """
 
 

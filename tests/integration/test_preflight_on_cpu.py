@@ -91,7 +91,7 @@ def test_a_missing_training_file_is_named(tmp_path):
 
 def test_a_plain_grpo_run_is_checked_only_for_its_files(tmp_path):
     run = preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", gec_train=False))
-    assert not run.is_ours
+    assert not (run.opens_advantage_step or run.gec_enabled)
 
 
 def test_run_identity_follows_hydras_last_value(tmp_path):
@@ -123,10 +123,11 @@ def test_cli_records_the_identity_only_after_the_checks_pass(tmp_path, capsys):
 
 
 def test_the_validate_config_hook_is_in_the_plugins_table():
-    from edge_verl.integration.trainer_hooks import HOOKS, VERL_INTERNALS
+    from edge_verl.integration.internals import CORE, PATCH_MARK
+    from edge_verl.integration.trainer_hooks import HOOKS
 
-    assert "validate_config" in VERL_INTERNALS["verl.utils.config"]
+    assert "validate_config" in CORE.patched["verl.utils.config"]
     assert "verl.utils.config" in HOOKS
     import verl.utils.config as verl_config
 
-    assert getattr(verl_config.validate_config, "__edge_verl_wrapped__", False)
+    assert getattr(verl_config.validate_config, PATCH_MARK) == ("verl.utils.config", "validate_config")

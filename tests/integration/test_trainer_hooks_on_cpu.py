@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
-from omegaconf import OmegaConf  # noqa: E402
-from verl import DataProto  # noqa: E402
+from omegaconf import OmegaConf
+from verl import DataProto
 
-from edge_verl.algorithms.gec import decision_rng  # noqa: E402
-from edge_verl.integration import names, preflight, trainer_hooks  # noqa: E402
-from edge_verl.integration.gec_agent_loop import sample_index  # noqa: E402
-from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
+from edge_verl.algorithms.gec import decision_rng
+from edge_verl.integration import names, preflight, trainer_hooks
+from edge_verl.integration.gec_agent_loop import sample_index
+from edge_verl.integration.run import TrainingRun, active_run, advantage_step
+from edge_verl.integration.trainer_hooks import STEP_METRICS_KEY, LegacyAdapter, V1Adapter
 
 pytestmark = pytest.mark.verl
 
@@ -77,29 +77,40 @@ class _Fetched(dict):
 # --- a plain verl run is untouched -------------------------------------------------------------------------
 
 
-def test_plain_grpo_step_makes_no_transfer_queue_fetch_and_writes_no_file(tmp_path):
+EDGE_REWARD = {"reward": {"custom_reward_function": {"path": "pkg://edge_verl.reward", "name": "compute_score"}}}
+
+
+@pytest.mark.parametrize("reward", [{}, EDGE_REWARD], ids=["verl_reward", "edge_verl_reward"])
+def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_path, reward):
     tq, called = _RecordingTQ(), []
-    trainer = _trainer(_config("grpo", tmp_path=tmp_path))
+    trainer = _trainer(OmegaConf.merge(_config("grpo", tmp_path=tmp_path), reward))
 
     def original(self, batch, metrics, *args):
         called.append(batch)
         return batch
 
-    advantage = trainer_hooks._make_v1_compute_advantage(original, tq)
-    compute_metrics = trainer_hooks._make_v1_compute_metrics(original, tq)
-    save = trainer_hooks._make_save_checkpoint(lambda self: None)
+    adapter = V1Adapter(tq)
     metrics = {}
-    assert advantage(trainer, _BATCH, metrics) is _BATCH
-    compute_metrics(trainer, _BATCH, metrics, {}, 1, 0)
-    save(trainer)
+    assert adapter.compute_advantage(original)(trainer, _BATCH, metrics) is _BATCH
+    adapter.compute_metrics(original)(trainer, _BATCH, metrics, {}, 1, 0)
+    trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
+    assert trainer_hooks.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
     assert tq.calls == [] and len(called) == 2 and metrics == {}
     assert list(tmp_path.iterdir()) == []
+
+
+def test_plain_grpo_gets_verls_policy_loss_functions_unwrapped():
+    from verl.trainer.ppo import core_algos
+    from verl.workers.utils import losses
+
+    for name in ("vanilla", "clip_cov", "kl_cov"):
+        assert losses.get_policy_loss_fn(name) is core_algos.get_policy_loss_fn(name)
 
 
 def test_gepo_with_pooled_log_probs_fetches_nothing_extra_and_saves_its_thresholds(tmp_path):
     tq = _RecordingTQ()
     trainer = _trainer(_config("gepo", tmp_path=tmp_path))
-    trainer_hooks._make_v1_compute_advantage(lambda self, batch, metrics: batch, tq)(trainer, _BATCH, {})
+    V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, _BATCH, {})
     trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
     assert tq.calls == []
     assert (tmp_path / "global_step_1" / names.STATE_FILE).exists()
@@ -126,7 +137,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
         return batch
 
     metrics = {}
-    trainer_hooks._make_v1_compute_advantage(original, tq)(trainer, _BATCH, metrics)
+    V1Adapter(tq).compute_advantage(original)(trainer, _BATCH, metrics)
     assert tq.calls == [["entropy", "response_mask"]]
     assert torch.equal(seen["entropy"], torch.ones(1, 3)) and metrics == {"edge_verl/edge_eda/x": 1.0}
 
@@ -153,6 +164,12 @@ def test_gec_on_but_no_gec_rows_in_the_training_data_is_an_error():
 def test_gec_rows_in_the_data_without_the_switch_is_an_error(gec):
     with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
         trainer_hooks.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
+
+
+def test_a_plain_run_is_not_inspected_even_with_gec_rows():
+    # Nothing of the plugin's asked for: no run, no check of its data (the edge_gec loop itself refuses to
+    # run with GEC off, tests/integration/test_gec_agent_loop_on_cpu.py).
+    assert trainer_hooks.start_run(_trainer(_config("grpo"), train=GEC_ROWS)) is None
 
 
 def test_gec_with_rollout_log_probs_is_an_error():
@@ -189,7 +206,7 @@ def test_legacy_rollout_numbers_samples_before_the_split_so_seeds_never_repeat()
     prompts = _legacy_rollout_batch(uids)
     run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}}))
     passed = []
-    wrapped = trainer_hooks._make_generate_sequences(lambda self, batch: passed.append(batch) or batch)
+    wrapped = LegacyAdapter.generate_sequences(lambda self, batch: passed.append(batch) or batch)
     with active_run(run):
         wrapped(None, prompts)
     identities = []
@@ -212,7 +229,7 @@ def test_legacy_rollout_numbers_samples_before_the_split_so_seeds_never_repeat()
 
 
 def test_sample_numbering_is_only_added_to_training_batches_of_gec_runs():
-    wrapped = trainer_hooks._make_generate_sequences(lambda self, batch: batch)
+    wrapped = LegacyAdapter.generate_sequences(lambda self, batch: batch)
     gec_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}}))
     plain_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
     validation = _legacy_rollout_batch(["a", "a"])
@@ -246,21 +263,38 @@ def _grpo_batch():
     return batch
 
 
-@pytest.mark.parametrize("module_name", ["verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"])
-def test_advantage_stats_for_verl_grpo_when_asked_and_only_then(module_name):
-    import importlib
+ASKED = {"adv_estimator": "grpo", "edge_metrics": {"advantage_stats": True}}
+GRPO = OmegaConf.create({"adv_estimator": "grpo"})
 
-    module = importlib.import_module(module_name)
-    asked = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"advantage_stats": True}}))
-    with active_run(asked):
-        module.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=OmegaConf.create({"adv_estimator": "grpo"}))
-    assert asked.pending_metrics["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
-    assert asked.pending_metrics["edge_verl/adv/zero_variance_group_frac"] == 0.5
-    plain = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
-    assert not plain.is_ours
+
+def test_legacy_advantage_stats_for_verl_grpo_when_asked_and_only_then():
+    from verl.trainer.ppo import ray_trainer
+
+    with active_run(TrainingRun.from_config(OmegaConf.create(ASKED))):
+        out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
+    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/zero_variance_group_frac"] == 0.5
+    plain = TrainingRun.from_config(GRPO)
+    assert not plain.opens_advantage_step
     with active_run(plain):
-        module.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=OmegaConf.create({"adv_estimator": "grpo"}))
-    assert plain.pending_metrics == {}
+        out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
+    assert STEP_METRICS_KEY not in out.meta_info
+
+
+def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
+    from verl.trainer.ppo.v1 import utils
+
+    with advantage_step(TrainingRun.from_config(OmegaConf.create(ASKED))) as step:
+        out = utils.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
+    assert step.metrics["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    assert STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
+
+
+def test_an_advantage_step_does_not_nest():
+    run = TrainingRun.from_config(GRPO)
+    with advantage_step(run), pytest.raises(RuntimeError, match="already open"):
+        with advantage_step(run):
+            pass
 
 
 def test_bad_metrics_option_is_reported():
@@ -302,14 +336,15 @@ class _ExtraFieldsTQ:
 
 
 def test_v1_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
-    config = OmegaConf.merge(_config("grpo"), OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://edge_verl.reward"}}}))
+    # a run that uses the plugin (here: its metrics, as the recipes' GRPO baselines do) and grades with its reward
+    config = OmegaConf.merge(_config("grpo"), EDGE_REWARD, {"algorithm": {"edge_metrics": {"advantage_stats": True}}})
     trainer = _trainer(config)
     # 4 samples: 2 decided in the caller, 1 by a worker, 1 cut at its deadline (v1 pads a missing key with None)
     extra = [{"reward_extra_info": {"grader": outcome}} for outcome in ("caller", "worker", "caller", "deadline")] + [{}]
     tq = _ExtraFieldsTQ(extra)
     batch = SimpleNamespace(keys=["k0", "k1", "k2", "k3", "k4"], tags=[{}] * 5, partition_id="train")
     metrics = {}
-    trainer_hooks._make_v1_compute_metrics(lambda self, batch, metrics, *a: None, tq)(trainer, batch, metrics)
+    V1Adapter(tq).compute_metrics(lambda self, batch, metrics, *a: None)(trainer, batch, metrics)
     assert tq.calls[0]["select_fields"] == ["extra_fields"]  # no GEC: nothing else is fetched
     assert metrics == {
         "edge_verl/grader/caller": 0.5, "edge_verl/grader/worker": 0.25, "edge_verl/grader/deadline": 0.25,
@@ -323,7 +358,7 @@ def test_legacy_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcom
     batch = DataProto.from_dict(
         tensors={"x": torch.zeros(4, 1)}, non_tensors={"grader": np.array(["waiting", "worker", "worker", "no_answer"], dtype=object)}
     )
-    compute_data_metrics = trainer_hooks._make_compute_data_metrics(lambda batch, use_critic: {"verl/own": 1.0})
+    compute_data_metrics = LegacyAdapter.compute_data_metrics(lambda batch, use_critic: {"verl/own": 1.0})
     with active_run(run):
         metrics = compute_data_metrics(batch=batch, use_critic=False)
     assert metrics["verl/own"] == 1.0
@@ -364,7 +399,7 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
     tq = TQ()
     batch = SimpleNamespace(keys=["k0", "k1"], tags=[{}, {}], partition_id="train", extra_info={"temperature": 1.0})
     trainer = _trainer(_config("edge_eda"))
-    result = trainer_hooks._make_v1_compute_advantage(original, tq)(trainer, batch, {})
+    result = V1Adapter(tq).compute_advantage(original)(trainer, batch, {})
     ((keys, partition, fields),) = tq.puts
     assert keys == ["k0", "k1"] and partition == "train" and isinstance(fields, TensorDict)
     column = fields[names.EDA_GROUP_ENTROPY_COLUMN]
@@ -380,7 +415,7 @@ def test_an_update_without_the_loss_hooks_metric_stops_a_gradient_form_run():
     config.algorithm.edge_eda = {"entropy_gradient": True}
     trainer = _trainer(config)
     config.actor_rollout_ref.actor = {"calculate_entropy": True}
-    update = trainer_hooks._make_v1_update_actor(lambda self, batch, metrics: batch)
+    update = V1Adapter.update_actor(lambda self, batch, metrics: batch)
     with pytest.raises(RuntimeError, match="did not run in the actor workers"):
         update(trainer, _BATCH, {"actor/pg_loss": 0.1})
     metrics = {"actor/edge_eda/loss_scale_mean": 1.0}

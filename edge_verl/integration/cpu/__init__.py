@@ -12,3 +12,63 @@ processes it keeps the linear weights loadable, so verl's vLLM rollout runs on v
 ``overrides`` (no verl import) lists the Hydra overrides and environment a CPU run needs, per training
 backend; the demo, the recipes (``edge-verl cpu-overrides --config-name``) and the tests share it.
 """
+
+from edge_verl.integration.internals import PatchTable
+
+TORCH_FACTORIES = (
+    "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "rand", "randn", "randint",
+    "randperm", "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "empty_strided",
+)
+TENSOR_FACTORIES = ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full")
+# torch.cuda queries megatron makes, answered for the CPU in the Megatron worker (megatron_engine).
+CUDA_QUERIES = (
+    "current_device", "set_device", "synchronize", "empty_cache", "get_rng_state", "set_rng_state", "manual_seed",
+    "manual_seed_all", "current_stream", "default_stream", "stream", "Event", "memory_allocated", "memory_reserved",
+    "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "nvtx",
+)
+
+# Every attribute the CPU backend patches or relies on (see edge_verl.integration.internals). Entries of
+# torch.cuda, megatron, mbridge and vLLM are checked where those packages are installed.
+CPU_BACKEND = PatchTable(
+    layer="CPU backend",
+    patched={
+        "torch.distributed": {"init_process_group": ("backend",)},  # platform: "cpu:gloo,cpu:gloo" -> "cpu:gloo"
+        # megatron_engine: CUDA devices -> the CPU, in the Megatron worker only
+        "torch": {
+            **{name: () for name in TORCH_FACTORIES},
+            **{f"Tensor.{name}": () for name in (*TENSOR_FACTORIES, "to", "cuda", "type")},
+        },
+        "torch.nn": {"Module.to": (), "Module.cuda": ()},
+        "torch.cuda": {name: () for name in CUDA_QUERIES},
+        "megatron.core.tensor_parallel.random": {
+            "_get_cuda_rng_state": ("device", "clone", "graph_safe"),
+            "_set_cuda_rng_state": ("new_state", "device", "graph_safe"),
+        },
+        "megatron.core.transformer.dot_product_attention": {
+            "DotProductAttention.forward": ("self", "query", "key", "value", "attention_mask"),
+        },
+        "megatron.core.optimizer.distrib_optimizer": {
+            "DistributedOptimizer.sharded_state_dict": ("self", "model_sharded_state_dict", "is_loading"),
+        },
+        "mbridge.core.llm_bridge": {"get_gpt_decoder_block_spec": ("config", "use_transformer_engine")},
+        "mbridge.core.bridge": {"Bridge._weight_name_mapping_mcore_to_hf": ("self", "mcore_weights_name")},
+        "verl.workers.engine.megatron.transformer_impl": {
+            "MegatronEngine.__init__": ("self", "model_config", "engine_config"),
+            "set_random_seed": ("seed",),
+        },
+        "verl.workers.engine.fsdp.transformer_impl": {"FSDPEngine.__init__": ("self",)},
+        # vllm_worker: vLLM's own processes
+        "vllm.model_executor.layers.linear": {"UnquantizedLinearMethod.process_weights_after_loading": ("self", "layer")},
+    },
+    read={
+        "verl.plugin.platform": {"PlatformBase": (), "PlatformRegistry": (), "get_platform": ()},
+        "verl.workers.rollout.base": {"BaseRollout": (), "_ROLLOUT_REGISTRY": (), "get_rollout_class": ()},
+        "verl.workers.rollout.replica": {"RolloutReplica": (), "RolloutReplicaRegistry.register": (), "TokenOutput": ()},
+        "verl.utils.distributed": {"initialize_global_process_group_ray": ()},
+        "verl.utils.tracking": {"FileLogger": ()},
+        "megatron.core.tensor_parallel.random": {"model_parallel_cuda_manual_seed": ("seed",)},
+        "megatron.core.optimizer.distrib_optimizer": {"DistributedOptimizer._init_optimizer_states_with_dummy_values": ("self",)},
+        "mbridge.core.llm_bridge": {"LLMBridge._get_transformer_layer_spec": ("self",)},
+        "vllm.model_executor.layers.utils": {"dispatch_cpu_unquantized_gemm": ("layer", "remove_weight")},
+    },
+)

@@ -5,8 +5,8 @@ Applied by ``apply_megatron_cpu_adaptations`` when, and only when, a process tha
 constructor). Importing megatron is not enough: once megatron-core is installed, verl's engine registry
 imports it in every worker, FSDP runs included, and those stay untouched. A GPU run never gets here.
 
-Each adaptation names the megatron / mbridge internal it touches (``MEGATRON_CPU_INTERNALS``; the internals test
-checks that every one still exists). Most answer CUDA-only calls with their CPU equivalent, process-wide in
+Every attribute an adaptation touches is in the CPU backend's table (``edge_verl.integration.cpu.CPU_BACKEND``;
+the internals test and ``edge-verl doctor`` check that every one still exists). Most answer CUDA-only calls with their CPU equivalent, process-wide in
 the Megatron worker (megatron makes them from hundreds of places):
 - ``torch.cuda`` queries (current_device, RNG, streams, events, memory, nvtx) -> the CPU's;
 - tensors created or moved with device "cuda", ``cuda:N`` or an accelerator index -> the CPU;
@@ -27,37 +27,10 @@ from typing import Any, Callable
 
 import torch
 
-from edge_verl.integration.post_import import wrap
+from edge_verl.integration.cpu import CPU_BACKEND, CUDA_QUERIES, TENSOR_FACTORIES, TORCH_FACTORIES
 
 logger = logging.getLogger(__name__)
 ENGINE_LOG_PREFIX = "edge_verl CPU backend: training engine"
-
-# Internals touched, in the format of ``edge_verl.integration.internals`` (module -> attribute -> leading
-# parameters relied on): the internals test checks each still exists.
-MEGATRON_CPU_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
-    "megatron.core.tensor_parallel.random": {
-        "_get_cuda_rng_state": ("device", "clone", "graph_safe"),
-        "_set_cuda_rng_state": ("new_state", "device", "graph_safe"),
-        "model_parallel_cuda_manual_seed": ("seed",),
-    },
-    "megatron.core.transformer.dot_product_attention": {
-        "DotProductAttention.forward": ("self", "query", "key", "value", "attention_mask"),
-    },
-    "megatron.core.optimizer.distrib_optimizer": {
-        "DistributedOptimizer.sharded_state_dict": ("self", "model_sharded_state_dict", "is_loading"),
-        "DistributedOptimizer._init_optimizer_states_with_dummy_values": ("self",),
-    },
-    "mbridge.core.llm_bridge": {
-        "get_gpt_decoder_block_spec": ("config", "use_transformer_engine"),
-        "LLMBridge._get_transformer_layer_spec": ("self",),
-    },
-    "mbridge.core.bridge": {"Bridge._weight_name_mapping_mcore_to_hf": ("self", "mcore_weights_name")},
-    "verl.workers.engine.megatron.transformer_impl": {
-        "MegatronEngine.__init__": ("self", "model_config", "engine_config"),
-        "set_random_seed": ("seed",),
-    },
-    "verl.workers.engine.fsdp.transformer_impl": {"FSDPEngine.__init__": ("self",)},
-}
 
 _APPLIED: list[str] = []
 
@@ -90,21 +63,14 @@ def _on_cpu(function: Callable) -> Callable:
 
 # -- torch --------------------------------------------------------------------------------------------
 
-_FACTORIES = (
-    "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange", "rand", "randn", "randint",
-    "randperm", "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "empty_strided",
-)
-_TENSOR_FACTORIES = ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full")
-
-
 def _patch_tensor_creation() -> None:
     """Creation and moves with a CUDA device land on the CPU (megatron writes ``device="cuda"`` and
     ``device=torch.cuda.current_device()`` in ~80 places, e.g. its optimizer's ``torch.tensor([1.0],
     device="cuda")``)."""
-    for name in _FACTORIES:
-        wrap(torch, name, _on_cpu)
-    for name in _TENSOR_FACTORIES:
-        wrap(torch.Tensor, name, _on_cpu)
+    for name in TORCH_FACTORIES:
+        CPU_BACKEND.wrap(torch, name, _on_cpu)
+    for name in TENSOR_FACTORIES:
+        CPU_BACKEND.wrap(torch, f"Tensor.{name}", _on_cpu)
 
     def make_to(original):
         def to(self, *args, **kwargs):
@@ -116,10 +82,10 @@ def _patch_tensor_creation() -> None:
 
         return to
 
-    wrap(torch.Tensor, "to", make_to)
-    wrap(torch.nn.Module, "to", make_to)
-    wrap(torch.Tensor, "cuda", lambda original: lambda self, *args, **kwargs: self)
-    wrap(torch.nn.Module, "cuda", lambda original: lambda self, *args, **kwargs: self)
+    CPU_BACKEND.wrap(torch, "Tensor.to", make_to)
+    CPU_BACKEND.wrap(torch.nn, "Module.to", make_to)
+    CPU_BACKEND.wrap(torch, "Tensor.cuda", lambda original: lambda self, *args, **kwargs: self)
+    CPU_BACKEND.wrap(torch.nn, "Module.cuda", lambda original: lambda self, *args, **kwargs: self)
 
     def make_type(original):
         # megatron's optimizers accept parameters only under CUDA type names ("torch.cuda.BFloat16Tensor").
@@ -131,7 +97,7 @@ def _patch_tensor_creation() -> None:
 
         return type_
 
-    wrap(torch.Tensor, "type", make_type)
+    CPU_BACKEND.wrap(torch, "Tensor.type", make_type)
 
 
 def _seed_cpu(seed: int) -> None:
@@ -163,7 +129,6 @@ class _NoOpEvent:
 def _patch_torch_cuda() -> None:
     """``torch.cuda`` queries megatron makes, answered for the CPU. ``is_available`` and ``device_count``
     keep their CPU answers (False, 0), so libraries that pick a device still pick the CPU."""
-    cuda = torch.cuda
     answers = {
         "current_device": lambda: torch.device("cpu"),
         "set_device": lambda device=None: None,
@@ -171,8 +136,8 @@ def _patch_torch_cuda() -> None:
         "empty_cache": lambda: None,
         "get_rng_state": lambda device="cuda": torch.get_rng_state(),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "manual_seed": _seed_cpu,
-        "manual_seed_all": _seed_cpu,
+        "manual_seed": lambda seed: _seed_cpu(seed),
+        "manual_seed_all": lambda seed: _seed_cpu(seed),
         "current_stream": lambda device=None: None,
         "default_stream": lambda device=None: None,
         "stream": lambda stream=None: nullcontext(),
@@ -183,11 +148,12 @@ def _patch_torch_cuda() -> None:
         "max_memory_reserved": lambda device=None: 0,
         "reset_peak_memory_stats": lambda device=None: None,
         "memory_stats": lambda device=None: {},
+        "nvtx": SimpleNamespace(range_push=lambda *a, **k: None, range_pop=lambda *a, **k: None,
+                                range=lambda *a, **k: nullcontext(), mark=lambda *a, **k: None),
     }
+    assert set(answers) == set(CUDA_QUERIES)
     for name, answer in answers.items():
-        setattr(cuda, name, answer)
-    cuda.nvtx = SimpleNamespace(range_push=lambda *a, **k: None, range_pop=lambda *a, **k: None,
-                                range=lambda *a, **k: nullcontext(), mark=lambda *a, **k: None)
+        CPU_BACKEND.wrap(torch.cuda, name, lambda original, answer=answer: answer)
 
 
 # -- megatron -----------------------------------------------------------------------------------------
@@ -197,8 +163,8 @@ def _patch_megatron_rng() -> None:
     """megatron's tensor-parallel RNG tracker keeps CUDA generator states; on CPU it keeps the CPU's."""
     from megatron.core.tensor_parallel import random as tp_random
 
-    tp_random._get_cuda_rng_state = lambda device="cuda", clone=False, graph_safe=False: torch.get_rng_state()
-    tp_random._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state)
+    CPU_BACKEND.wrap(tp_random, "_get_cuda_rng_state", lambda original: lambda device="cuda", clone=False, graph_safe=False: torch.get_rng_state())
+    CPU_BACKEND.wrap(tp_random, "_set_cuda_rng_state", lambda original: lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state))
     # The tracker's fork warns when the CPU generator moved inside it: here the "CUDA" generator IS the
     # CPU's, so it always moves. That warning says nothing on CPU; every other message stays.
     logging.getLogger(tp_random.__name__).addFilter(
@@ -219,7 +185,7 @@ def _patch_seed(transformer_impl) -> None:
 
         return set_random_seed
 
-    wrap(transformer_impl, "set_random_seed", make)
+    CPU_BACKEND.wrap(transformer_impl, "set_random_seed", make)
 
 
 def _patch_local_attention() -> None:
@@ -227,7 +193,7 @@ def _patch_local_attention() -> None:
     Engine ignores under causal masking and megatron's local attention cannot broadcast. verl removes
     left padding first (``preprocess_bshd``), so the causal mask already hides every padded key from every
     real query: the 2-D mask is dropped, after checking the sequences are right-padded."""
-    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer import dot_product_attention
     from megatron.core.transformer.enums import AttnMaskType
 
     def make(original):
@@ -242,7 +208,7 @@ def _patch_local_attention() -> None:
 
         return forward
 
-    wrap(DotProductAttention, "forward", make)
+    CPU_BACKEND.wrap(dot_product_attention, "DotProductAttention.forward", make)
 
 
 def _patch_distributed_optimizer_resume() -> None:
@@ -251,7 +217,7 @@ def _patch_distributed_optimizer_resume() -> None:
     1`` in ``state_dict``). Before a resume builds the sharded state dict, the state is initialised with
     megatron's own dummy values (``_init_optimizer_states_with_dummy_values``, as its fsdp_dtensor path
     does); loading then replaces them."""
-    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    from megatron.core.optimizer import distrib_optimizer
 
     def make(original):
         def sharded_state_dict(self, model_sharded_state_dict, is_loading=False, *args, **kwargs):
@@ -261,7 +227,7 @@ def _patch_distributed_optimizer_resume() -> None:
 
         return sharded_state_dict
 
-    wrap(DistributedOptimizer, "sharded_state_dict", make)
+    CPU_BACKEND.wrap(distrib_optimizer, "DistributedOptimizer.sharded_state_dict", make)
 
 
 # -- mbridge ------------------------------------------------------------------------------------------
@@ -284,7 +250,7 @@ def _patch_mbridge() -> None:
 
         return get_gpt_decoder_block_spec
 
-    wrap(llm_bridge, "get_gpt_decoder_block_spec", make_spec)
+    CPU_BACKEND.wrap(llm_bridge, "get_gpt_decoder_block_spec", make_spec)
 
     def make_mapping(original):
         def mapping(self, mcore_weights_name: str) -> list[str]:
@@ -296,7 +262,7 @@ def _patch_mbridge() -> None:
 
         return mapping
 
-    wrap(bridge.Bridge, "_weight_name_mapping_mcore_to_hf", make_mapping)
+    CPU_BACKEND.wrap(bridge, "Bridge._weight_name_mapping_mcore_to_hf", make_mapping)
 
 
 def apply_megatron_cpu_adaptations(transformer_impl) -> list[str]:
@@ -338,7 +304,7 @@ def hook_megatron_engine(transformer_impl) -> None:
 
         return __init__
 
-    wrap(transformer_impl.MegatronEngine, "__init__", make)
+    CPU_BACKEND.wrap(transformer_impl, "MegatronEngine.__init__", make)
 
 
 def hook_fsdp_engine(transformer_impl) -> None:
@@ -351,4 +317,4 @@ def hook_fsdp_engine(transformer_impl) -> None:
 
         return __init__
 
-    wrap(transformer_impl.FSDPEngine, "__init__", make)
+    CPU_BACKEND.wrap(transformer_impl, "FSDPEngine.__init__", make)

@@ -63,15 +63,15 @@ def patch_init_process_group() -> None:
     """Route ``torch.distributed.init_process_group`` through :func:`deduplicate_backend` (idempotent)."""
     import torch.distributed as dist
 
-    original = dist.init_process_group
-    if getattr(original, "_edge_verl_cpu", False):
-        return
+    from edge_verl.integration.cpu import CPU_BACKEND
 
-    def init_process_group(backend=None, *args, **kwargs):
-        return original(deduplicate_backend(backend), *args, **kwargs)
+    def make(original):
+        def init_process_group(backend=None, *args, **kwargs):
+            return original(deduplicate_backend(backend), *args, **kwargs)
 
-    init_process_group._edge_verl_cpu = True
-    dist.init_process_group = init_process_group
+        return init_process_group
+
+    CPU_BACKEND.wrap(dist, "init_process_group", make)
 
 
 @PlatformRegistry.register(platform="cpu")

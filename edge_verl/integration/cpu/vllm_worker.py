@@ -16,23 +16,13 @@ weight sync work, at the cost of vLLM's packed CPU GEMM (a tiny model does not n
 from __future__ import annotations
 
 from edge_verl.integration.cpu.overrides import cpu_backend_requested
-from edge_verl.integration.post_import import wrap
+from edge_verl.integration.cpu import CPU_BACKEND
 
 WORKER_LOG_LINE = "edge_verl CPU backend: vLLM linear layers keep loadable weights (_cpu_skip_gemm_dispatch)"
-# The vLLM internals this module relies on (checked by the doctor and tests/integration/test_vllm_cpu_on_cpu.py).
-VLLM_CPU_INTERNALS: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm.model_executor.layers.linear": {
-        "UnquantizedLinearMethod.process_weights_after_loading": ("self", "layer"),
-    },
-    "vllm.model_executor.layers.utils": {
-        "dispatch_cpu_unquantized_gemm": ("layer", "remove_weight"),
-    },
-}
-
 
 def keep_linear_weights_loadable() -> None:
     """Set ``_cpu_skip_gemm_dispatch`` on every unquantized linear layer before vLLM's CPU repacking (once)."""
-    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers import linear
 
     def make(original):
         def process_weights_after_loading(self, layer):
@@ -41,7 +31,7 @@ def keep_linear_weights_loadable() -> None:
 
         return process_weights_after_loading
 
-    wrap(UnquantizedLinearMethod, "process_weights_after_loading", make)
+    CPU_BACKEND.wrap(linear, "UnquantizedLinearMethod.process_weights_after_loading", make)
 
 
 def register() -> None:
