@@ -1,7 +1,8 @@
 """``edge-verl``: ``demo`` (a real verl run on CPU), ``doctor`` (installation self-check), ``preflight`` (the
-plugin's checks on verl's composed config, before Ray starts), ``cpu-overrides``, ``run-identity`` (the
-recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper table: recipes per seed
--> evaluation -> table and curves)."""
+plugin's checks on verl's composed config, before Ray starts), ``cpu-overrides``, ``method`` and
+``method-overrides`` (the methods' definitions, edge_verl/methods.py, as the recipes read them),
+``run-identity`` (the recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper
+table: recipes per seed -> evaluation -> table and curves)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 def _parser() -> argparse.ArgumentParser:
     from edge_verl.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
     from edge_verl.integration.cpu.overrides import ROLLOUTS
+    from edge_verl.methods import KNOBS, METHOD_NAMES, SYMMETRIC_ALPHA
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -57,6 +59,27 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument(
         "--rollout", choices=ROLLOUTS, default="hf", help="the plugin's HF rollout (default) or verl's vLLM rollout"
     )
+    method = commands.add_parser(
+        "method", help="list the methods (edge_verl/methods.py), or print one method's definition or one field of it"
+    )
+    method.add_argument("name", nargs="?", default=None, help=f"a method ({', '.join(METHOD_NAMES)}); none: list them all")
+    method.add_argument("--field", choices=METHOD_FIELDS, default=None, help="print only this field's value (the recipes ask for gec)")
+    method_args = commands.add_parser(
+        "method-overrides", help="print the verl overrides of a method with this run's parameters, one per line"
+    )
+    method_args.add_argument("name", help=f"the method ({', '.join(METHOD_NAMES)})")
+    method_args.add_argument("--seed", type=int, required=True, help="the run's seed (seeds GEC's decisions)")
+    method_args.add_argument(
+        "--entropy-gradient", type=_verl_bool, required=True, metavar="{True,False}",
+        help="EDA's form: True = gradient through the current entropy, False = detached",
+    )
+    method_args.add_argument("--first-sample-tokens", type=int, required=True, help="GEC: the first sample's cap")
+    method_args.add_argument("--continuation-tokens", type=int, required=True, help="GEC: a correction's continuation budget")
+    method_args.add_argument(
+        "--gepo-symmetric-alpha", type=float, default=SYMMETRIC_ALPHA,
+        help=f"gepo_symmetric: the factor of both sides (default {SYMMETRIC_ALPHA})",
+    )
+    method_args.add_argument("--knobs", choices=KNOBS, default=None, help="the recipe's KNOBS: refused unless the method runs with them")
     preflight = commands.add_parser(
         "preflight",
         help="check edge_verl's options and data in verl's composed config before Ray starts; record the run identity",
@@ -86,8 +109,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What `edge-verl method NAME --field F` can print: the definition's fields and what follows from them.
+METHOD_FIELDS = ("description", "estimator", "eda", "gec", "force_regenerate", "agent_name", "knobs", "options")
+
+
+def _verl_bool(text: str) -> bool:
+    """A boolean as Hydra writes it (True/False, any case)."""
+    value = {"true": True, "false": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected True or False")
+    return value
+
+
 def _version() -> str:
-    from edge_verl.integration.doctor import installed_version
+    from edge_verl.gpu_stack import installed_version
 
     return installed_version("edge-verl") or "unknown (not installed)"  # a source tree that is not installed
 
@@ -155,6 +190,56 @@ def _cpu_overrides(args: argparse.Namespace) -> int:
     return 0
 
 
+def _method(args: argparse.Namespace) -> int:
+    from edge_verl.methods import METHOD_ALIASES, METHODS, get_method
+
+    if args.name is None:
+        if args.field is not None:
+            print("edge-verl method: --field needs a method name", file=sys.stderr)
+            return 2
+        aliases = {name: alias for alias, name in METHOD_ALIASES.items()}
+        for name, method in METHODS.items():
+            also = f" (also: {aliases[name]})" if name in aliases else ""
+            print(f"{name:<16}{method.description}{also}")
+        return 0
+    try:
+        method = get_method(args.name)
+    except ValueError as error:
+        print(f"edge-verl method: {error}", file=sys.stderr)
+        return 2
+
+    def text(value) -> str:
+        return " ".join(value) if isinstance(value, tuple) else str(value)
+
+    if args.field is not None:
+        print(text(getattr(method, args.field)))
+    else:
+        print("\n".join(f"{field}: {text(getattr(method, field))}" for field in ("name", *METHOD_FIELDS)))
+    return 0
+
+
+def _method_overrides(args: argparse.Namespace) -> int:
+    from edge_verl.methods import get_method, method_overrides
+
+    try:
+        knobs = get_method(args.name).knobs
+        if args.knobs is not None and args.knobs not in knobs:
+            raise ValueError(f"method {args.name} runs with KNOBS={' or '.join(knobs)}, not KNOBS={args.knobs} (edge_verl/methods.py)")
+        overrides = method_overrides(
+            args.name,
+            seed=args.seed,
+            eda_form="gradient" if args.entropy_gradient else "detached",
+            first_sample_tokens=args.first_sample_tokens,
+            continuation_tokens=args.continuation_tokens,
+            gepo_symmetric_alpha=args.gepo_symmetric_alpha,
+        )
+    except ValueError as error:
+        print(f"edge-verl method-overrides: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(overrides))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "doctor":
@@ -171,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_reproduce(args)
     if args.command == "cpu-overrides":
         return _cpu_overrides(args)
+    if args.command == "method":
+        return _method(args)
+    if args.command == "method-overrides":
+        return _method_overrides(args)
     from edge_verl.demo.run import DemoConfig, run_demo
 
     suffix = "" if args.rollout == "hf" else f"_{args.rollout}"

@@ -54,3 +54,13 @@ def dry_run(recipe, *arguments: str, **env) -> DryRun:
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     return parse(completed.stdout)
+
+
+def recipe_setting(recipe: Path, name: str) -> str:
+    """What a recipe fixes on its METHOD= line (METHOD, BACKEND, KNOBS)."""
+    line = next(line for line in Path(recipe).read_text().splitlines() if line.startswith("METHOD="))
+    return dict(word.split("=", 1) for word in line.split())[name]
+
+
+def recipe_method(recipe: Path) -> str:
+    return recipe_setting(recipe, "METHOD")

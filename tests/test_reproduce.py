@@ -19,17 +19,35 @@ from edge_verl.reproduce.pipeline import (
     run_folder,
     table_markdown,
 )
-from edge_verl.reproduce.tables import TABLES
+from edge_verl.reproduce.tables import TABLES, Row
+from tests.recipe_dry_run import recipe_method
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
-def test_every_row_has_an_existing_recipe_for_each_backend_it_names():
+def test_every_row_has_an_existing_recipe_for_each_backend_it_names_running_the_rows_method():
     for table in TABLES.values():
         for row in table.rows:
             for backend, recipe in row.recipes.items():
                 assert (RECIPES / recipe).exists(), (table.key, row.key, backend, recipe)
-            assert (row.train_set is not None) == row.trains
+                assert recipe_method(RECIPES / recipe) == row.method, (table.key, row.key, recipe)
+            assert (row.train_set is not None) == row.trains == (row.method is not None)
+
+
+def test_a_row_names_a_defined_method_or_none_for_a_base_model():
+    with pytest.raises(ValueError, match="method 'edgy' is not defined; defined: edge, eda"):
+        Row("x", "X", {"fsdp": "m"}, {"fsdp": "run_edge_qwen2.5-math-7b_fsdp.sh"}, "edgy", "hard_1k")
+    with pytest.raises(ValueError, match="row x: a row with recipes names their method"):
+        Row("x", "X", {"fsdp": "m"}, {"fsdp": "run_edge_qwen2.5-math-7b_fsdp.sh"}, None, "hard_1k")
+    with pytest.raises(ValueError, match="row x: a row with recipes names their method, a base-model row none"):
+        Row("x", "X", {"fsdp": "m"}, method="grpo")
+
+
+def test_a_users_training_file_is_read_in_the_variant_of_each_rows_method(tmp_path):
+    settings = _settings(tmp_path, train_files={"hard_1k": tmp_path / "mine.parquet"})
+    table = settings.table
+    assert settings.train_file(table.row("edge_7b")) == tmp_path / "mine_gec.parquet"
+    assert settings.train_file(table.row("grpo_7b")) == tmp_path / "mine.parquet"
 
 
 def test_edge_tables_hold_the_papers_numbers():
@@ -37,7 +55,9 @@ def test_edge_tables_hold_the_papers_numbers():
     assert hard.row("edge_7b").paper == {"Avg": 53.21, "aime24": 16.67, "amc": 53.01, "math500": 79.00, "minerva": 36.03, "olympiad_bench": 42.67}
     assert TABLES["edge_random_1k"].row("grpo_1.5b").paper["Avg"] == 40.32
     assert hard.row("base_7b").paper == {"Avg": 29.04} and not hard.row("base_7b").trains
-    assert hard.train_sets == ("hard_1k",) and hard.row("edge_1.5b").gec and not hard.row("grpo_1.5b").gec
+    assert hard.train_sets == ("hard_1k",) and hard.row("edge_1.5b").method == "edge" and hard.row("grpo_1.5b").method == "grpo"
+    assert hard.row("edge_1.5b").train_file(Path("d")) == Path("d/train_hard_1k_gec.parquet")
+    assert hard.row("grpo_1.5b").train_file(Path("d")) == Path("d/train_hard_1k.parquet")
 
 
 def test_logger_always_includes_file():

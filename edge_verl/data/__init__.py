@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT
+from edge_verl.methods import GEC_FILE_SUFFIX
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -312,7 +313,7 @@ def prepare(
         except DataUnavailable as error:
             prepared.failed[name] = str(error)
             continue
-        for gec, suffix in ((False, ""), (True, "_gec")):
+        for gec, suffix in ((False, ""), (True, GEC_FILE_SUFFIX)):  # the file a GEC method trains on (methods.py)
             record(out / f"train_{name}{suffix}.parquet", to_training_rows(records, name, gec=gec), provenance)
         sft = sft_rows(records)
         if sft:

@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_verl.integration.names import GEC_AGENT_LOOP as GEC_AGENT_NAME
-from edge_verl.demo import task, tiny
+from edge_verl.demo import task
 from edge_verl.integration.cpu.overrides import ROLLOUTS, cpu_environment, cpu_overrides
+from edge_verl.methods import EDA_FORMS, get_method, method_overrides
 
+# Methods of edge_verl/methods.py the demo runs (edge_eda: the name of EDA alone there, "eda").
 ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 TRAINERS = ("v1", "legacy")
-EDA_FORMS = ("gradient", "detached")  # algorithm.edge_eda.entropy_gradient true / false
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("response_length/mean", "resp len"),
@@ -93,6 +93,8 @@ class DemoConfig:
 
 def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     """Tiny model (warm-started on the answer format) and train/val parquet under ``config.out``."""
+    from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
+
     model_dir = config.out / "model"
     data_dir = config.out / "data"
     if not (model_dir / "model.safetensors").exists():
@@ -110,9 +112,10 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
             correct_fraction=1.0,
         )
         tiny.save(model, tokenizer, model_dir)
-    agent_name = GEC_AGENT_NAME if config.algorithm == "edge" else None
+    method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
     train = task.write_parquet(
-        task.make_rows(4096, seed=config.seed, split="train", agent_name=agent_name), data_dir / "train.parquet"
+        task.make_rows(4096, seed=config.seed, split="train", agent_name=method.agent_name),
+        method.train_file(data_dir / "train.parquet"),
     )
     val = task.write_parquet(task.make_rows(32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
     return {"model": model_dir, "train": train, "val": val}
@@ -120,32 +123,15 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
 
 # The demo's sampled answers are capped at 16 tokens (~10-token answers of the byte-level model), GEC's
 # first sample too; a correction then grows past it, as in the reference (1024 + up to 256 there): the
-# phrase (31 byte tokens) + a 64-token continuation, or the inject_answer text (up to ~90 tokens).
+# phrase (31 byte tokens) + a 64-token continuation, or the inject_answer text (up to ~90 tokens): a GEC
+# method's responses get 128 tokens.
 SAMPLE_TOKENS = 16
 GEC_CONTINUATION_TOKENS = 64
-# GEC's agent loop needs rollout log-probs off (injected tokens have none; see gec_agent_loop).
-GEC_OVERRIDES = (
-    "actor_rollout_ref.rollout.calculate_log_probs=False",
-    "+algorithm.edge_gec.enable=True",
-    f"+algorithm.edge_gec.first_sample_tokens={SAMPLE_TOKENS}",
-    f"+algorithm.edge_gec.continuation_tokens={GEC_CONTINUATION_TOKENS}",
-)
-# EDA's gradient form rescales the advantage inside the actor loss with the current entropy.
-EDA_GRADIENT_OVERRIDES = ("+algorithm.edge_eda.entropy_gradient=True", "actor_rollout_ref.actor.calculate_entropy=True")
-
-
-def algorithm_overrides(algorithm: str, eda_form: str = "gradient") -> list[str]:
-    """``edge`` is EDGE-GRPO: the edge_eda estimator plus GEC; the others name a verl estimator."""
-    eda = list(EDA_GRADIENT_OVERRIDES) if eda_form == "gradient" else []
-    if algorithm == "edge":
-        return ["algorithm.adv_estimator=edge_eda", *eda, *GEC_OVERRIDES]
-    if algorithm == "edge_eda":
-        return ["algorithm.adv_estimator=edge_eda", *eda]
-    return [f"algorithm.adv_estimator={algorithm}"]
+GEC_RESPONSE_TOKENS = 128
 
 
 def response_length(algorithm: str) -> int:
-    return 128 if algorithm == "edge" else SAMPLE_TOKENS
+    return GEC_RESPONSE_TOKENS if get_method(algorithm).gec else SAMPLE_TOKENS
 
 
 def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
@@ -156,7 +142,13 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
     mini_batch = max(1, batch // 2)
     mini_rollouts = mini_batch * config.responses_per_prompt
     overrides = [
-        *algorithm_overrides(config.algorithm, config.eda_form),
+        *method_overrides(
+            config.algorithm,
+            seed=config.seed,
+            eda_form=config.eda_form,
+            first_sample_tokens=SAMPLE_TOKENS,
+            continuation_tokens=GEC_CONTINUATION_TOKENS,
+        ),
         f"data.train_files={inputs['train']}",
         f"data.val_files={inputs['val']}",
         f"data.train_batch_size={batch}",
@@ -322,7 +314,7 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
     config.out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     overrides = build_overrides(config, prepare_inputs(config))
-    form = f" (EDA {config.eda_form})" if config.algorithm in ("edge", "edge_eda") else ""
+    form = f" (EDA {config.eda_form})" if get_method(config.algorithm).eda else ""
     stream.write(
         f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.rollout} rollout, "
         f"{config.steps} steps, out={config.out}\n"

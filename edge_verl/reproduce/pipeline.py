@@ -98,8 +98,8 @@ class Settings:
     applied after the pipeline's own (``PIPELINE_VARIABLES`` are refused); models: ``--model KEY=PATH``
     where KEY is a row key, a model size (``7b``) or the model a row runs (``Qwen/Qwen2.5-Math-7B``), the
     most specific winning; MODEL_PATH in env is accepted only when every selected row runs the same model;
-    train_files: a training set replaced by a user's file (``<set> -> path``; the GEC rows use
-    ``<stem>_gec.parquet`` next to it).
+    train_files: a training set replaced by a user's file (``<set> -> path``; a row whose method runs GEC
+    uses ``<stem>_gec.parquet`` next to it).
     """
 
     table: Table
@@ -169,8 +169,7 @@ class Settings:
         given = self.train_files.get(row.train_set)
         if given is None:
             return row.train_file(self.data_dir)
-        given = Path(given).resolve()
-        return given.with_name(f"{given.stem}_gec{given.suffix}") if row.gec else given
+        return row.definition.train_file(Path(given).resolve())
 
 
 @dataclass(frozen=True)
@@ -297,7 +296,8 @@ class Pipeline:
     def prepare_data(self) -> None:
         settings = self.settings
         needed_sets = [s for s in settings.table.train_sets if s not in settings.train_files]
-        names = [f"train_{s}{suffix}.parquet" for s in needed_sets for suffix in ("", "_gec")]
+        # each row's file in the variant its method trains on (prepare writes every variant of a set)
+        names = list(dict.fromkeys(row.train_file(settings.data_dir).name for row in settings.table.rows if row.train_set in needed_sets))
         names += [f"eval_{name}.parquet" for name in EVAL_SETS]
         missing = [name for name in names if not (settings.data_dir / name).exists()]
         if not missing:

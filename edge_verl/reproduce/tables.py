@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from edge_verl.data import PAPER_EVAL
+from edge_verl.methods import Method, get_method
 
 BENCHMARK_COLUMNS = ("Avg", *PAPER_EVAL)
 BACKENDS = ("fsdp", "megatron")
@@ -26,17 +27,19 @@ def _paper(avg: float, *per_benchmark: float) -> dict[str, float]:
 @dataclass(frozen=True)
 class Row:
     """One row: ``recipes`` maps a backend to the recipe file that trains it ({} for a base-model row,
-    which is evaluated only); ``models`` maps a backend to the model it runs (passed as MODEL_PATH, so the
+    which is evaluated only); ``method`` is the method those recipes run (their METHOD, edge_verl/methods.py;
+    None for a base-model row); ``models`` maps a backend to the model it runs (passed as MODEL_PATH, so the
     table, not a recipe default, says which model each backend runs); ``size`` is the model size a user
-    names in ``--model SIZE=PATH``; ``train_set`` names the prepared file ``train_<set>[_gec].parquet``;
-    ``paper`` holds the reported pass@1 (%) by column."""
+    names in ``--model SIZE=PATH``; ``train_set`` names the prepared set ``train_<set>.parquet``, read in
+    the variant the method trains on (``train_<set>_gec.parquet`` for a GEC method); ``paper`` holds the
+    reported pass@1 (%) by column."""
 
     key: str
     label: str
     models: Mapping[str, str]
     recipes: Mapping[str, str] = field(default_factory=dict)
+    method: Optional[str] = None
     train_set: Optional[str] = None
-    gec: bool = False
     paper: Mapping[str, float] = field(default_factory=dict)
     size: Optional[str] = None
 
@@ -44,6 +47,10 @@ class Row:
         missing = set(self.recipes) - set(self.models)
         if missing:
             raise ValueError(f"row {self.key}: recipes for {sorted(missing)} but no model")
+        if (self.method is not None) != self.trains:
+            raise ValueError(f"row {self.key}: a row with recipes names their method, a base-model row none")
+        if self.method is not None:
+            get_method(self.method)  # a defined method, or an error naming the defined ones
 
     @property
     def trains(self) -> bool:
@@ -54,9 +61,15 @@ class Row:
             raise ValueError(f"row {self.key} has no model for backend {backend} (has {sorted(self.models)})")
         return self.models[backend]
 
+    @property
+    def definition(self) -> Method:
+        """The definition of the method the row trains (a training row only)."""
+        if self.method is None:
+            raise ValueError(f"row {self.key} trains nothing: it has no method")
+        return get_method(self.method)
+
     def train_file(self, data_dir: Path) -> Path:
-        suffix = "_gec" if self.gec else ""
-        return Path(data_dir) / f"train_{self.train_set}{suffix}.parquet"
+        return self.definition.train_file(Path(data_dir) / f"train_{self.train_set}.parquet")
 
 
 @dataclass(frozen=True)
@@ -96,8 +109,9 @@ def _edge_table(key: str, title: str, train_set: str, numbers: Mapping[str, dict
         models = _every_backend(model)
         rows += [
             Row(f"base_{size}", f"{model} (base)", models, paper=numbers[f"base_{size}"], size=size),
-            Row(f"grpo_{size}", f"GRPO {size.upper()}", models, GRPO_EDGE_KNOBS, train_set, paper=numbers[f"grpo_{size}"], size=size),
-            Row(f"edge_{size}", f"EDGE-GRPO {size.upper()}", models, EDGE_RECIPES[size], train_set, gec=True,
+            Row(f"grpo_{size}", f"GRPO {size.upper()}", models, GRPO_EDGE_KNOBS, "grpo", train_set,
+                paper=numbers[f"grpo_{size}"], size=size),
+            Row(f"edge_{size}", f"EDGE-GRPO {size.upper()}", models, EDGE_RECIPES[size], "edge", train_set,
                 paper=numbers[f"edge_{size}"], size=size),
         ]
     note = (
@@ -144,6 +158,7 @@ TABLES: dict[str, Table] = {
                 label,
                 GEPO_MODELS,  # GEPO's two models: one per backend's recipes
                 {"fsdp": f"run_{method}_qwen7b.sh", "megatron": f"run_{method}_qwen3.5-9b_megatron.sh"},
+                method,
                 "random_1k",
             )
             for method, label in (("grpo", "GRPO"), ("gepo", "GEPO"), ("clipcov", "Clip-Cov"), ("klcov", "KL-Cov"))

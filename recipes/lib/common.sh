@@ -1,10 +1,12 @@
 # Sourced by every recipe in recipes/: the user-adjustable block and the knobs shared by all methods
 # (EDGE-GRPO's training setup, EDGE_GRPO.md section 3), so a method and its baselines differ only in
 # their METHOD_ARGS and an FSDP/Megatron twin only in its BACKEND_ARGS. Every variable can be set from
-# the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (the case
-# at the end: the papers' methods, their baselines and ablations), BACKEND (fsdp, megatron) and KNOBS
-# (edge, gepo: whose training setup), sets the MODEL_PATH default and TRAIN_SET (the prepared file it
-# trains on, DATA_DIR/TRAIN_SET.parquet), sources this file and calls run_recipe "$@".
+# the environment; extra Hydra overrides go after the script name ("$@"). A recipe fixes METHOD (a method
+# defined in edge_verl/methods.py: the papers' methods, their baselines and ablations; its overrides are
+# METHOD_ARGS, read with `edge-verl method-overrides`), BACKEND (fsdp, megatron) and KNOBS (edge, gepo:
+# whose training setup, one the method lists), sets the MODEL_PATH default and TRAIN_SET (the prepared
+# file it trains on, DATA_DIR/TRAIN_SET.parquet: the *_gec variant for a method that runs GEC), sources
+# this file and calls run_recipe "$@" (run_sft_recipe "$@" for SFT). `edge-verl method` lists the methods.
 #
 # Recipes work from any directory: DATA_DIR and CKPT_ROOT default to data/ and checkpoints/ in the
 # repository (paths given in the environment are taken as given, relative to the working directory).
@@ -59,26 +61,25 @@ MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-512}
 # methods cap the first sample at MAX_SAMPLE_LENGTH (edge_gec.first_sample_tokens) and size the response
 # to fit (32 tokens of room for the phrase); validation responses may then use that length too. Setting
 # only MAX_RESPONSE_LENGTH for a GEC method keeps that total and gives the first sample what is left.
+# Whether the method runs GEC is its definition's (edge_verl/methods.py); an unknown METHOD stops here.
+METHOD_RUNS_GEC=$("$PYTHON" -m edge_verl.cli method "$METHOD" --field gec) || exit $?
 GEC_CONTINUATION_TOKENS=${GEC_CONTINUATION_TOKENS:-256}
 GEC_ROOM_TOKENS=$((GEC_CONTINUATION_TOKENS + 32))
-case "$METHOD" in
-    edge | gec | forcer | forcer_eda)
-        if [ -z "${MAX_SAMPLE_LENGTH:-}" ] && [ -n "${MAX_RESPONSE_LENGTH:-}" ]; then
-            MAX_SAMPLE_LENGTH=$((MAX_RESPONSE_LENGTH - GEC_ROOM_TOKENS))
-            if [ "$MAX_SAMPLE_LENGTH" -lt 1 ]; then
-                echo "recipe error: MAX_RESPONSE_LENGTH=$MAX_RESPONSE_LENGTH leaves no room for a first sample next to GEC's" \
-                    "correction ($GEC_ROOM_TOKENS tokens): set MAX_SAMPLE_LENGTH and GEC_CONTINUATION_TOKENS instead" >&2
-                exit 2
-            fi
+if [ "$METHOD_RUNS_GEC" = True ]; then
+    if [ -z "${MAX_SAMPLE_LENGTH:-}" ] && [ -n "${MAX_RESPONSE_LENGTH:-}" ]; then
+        MAX_SAMPLE_LENGTH=$((MAX_RESPONSE_LENGTH - GEC_ROOM_TOKENS))
+        if [ "$MAX_SAMPLE_LENGTH" -lt 1 ]; then
+            echo "recipe error: MAX_RESPONSE_LENGTH=$MAX_RESPONSE_LENGTH leaves no room for a first sample next to GEC's" \
+                "correction ($GEC_ROOM_TOKENS tokens): set MAX_SAMPLE_LENGTH and GEC_CONTINUATION_TOKENS instead" >&2
+            exit 2
         fi
-        MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}  # tokens a sampled response may use (paper: 1024)
-        MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$((MAX_SAMPLE_LENGTH + GEC_ROOM_TOKENS))}
-        ;;
-    *)
-        MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}
-        MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$MAX_SAMPLE_LENGTH}
-        ;;
-esac
+    fi
+    MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}  # tokens a sampled response may use (paper: 1024)
+    MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$((MAX_SAMPLE_LENGTH + GEC_ROOM_TOKENS))}
+else
+    MAX_SAMPLE_LENGTH=${MAX_SAMPLE_LENGTH:-1024}
+    MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-$MAX_SAMPLE_LENGTH}
+fi
 # EDA's form: True = the reference's gradient through the current entropy in the actor loss (needs the
 # entropy computed in the update); False = the detached advantage.
 EDA_ENTROPY_GRADIENT=${EDA_ENTROPY_GRADIENT:-True}
@@ -217,57 +218,13 @@ MEGATRON_ARGS=(
     actor_rollout_ref.ref.megatron.tensor_model_parallel_size="$MEGATRON_TP"
     actor_rollout_ref.ref.megatron.pipeline_model_parallel_size="$MEGATRON_PP"
 )
-# Methods that run GEC: one switch (edge_gec.enable); training rows must carry agent_name=edge_gec (scripts/prepare_data.py writes
-# *_gec.parquet); injected tokens have no rollout log-probs, so those are off.
-GEC_ARGS=(
-    actor_rollout_ref.rollout.calculate_log_probs=False
-    +algorithm.edge_gec.enable=True
-    +algorithm.edge_gec.seed="$SEED"
-    +algorithm.edge_gec.first_sample_tokens="$MAX_SAMPLE_LENGTH"
-    +algorithm.edge_gec.continuation_tokens="$GEC_CONTINUATION_TOKENS"
-)
-# Methods that run EDA (edge_eda), in the form EDA_ENTROPY_GRADIENT says.
-EDA_ARGS=(
-    algorithm.adv_estimator=edge_eda
-    +algorithm.edge_eda.entropy_gradient="$EDA_ENTROPY_GRADIENT"
-    actor_rollout_ref.actor.calculate_entropy="$EDA_ENTROPY_GRADIENT"
-)
-
-case "$METHOD" in
-    edge) METHOD_ARGS=("${EDA_ARGS[@]}" "${GEC_ARGS[@]}") ;;  # EDGE-GRPO: EDA + GEC
-    # EDGE-GRPO's ablations: each remedy alone, and Force-R (the regenerate branch for every wrong response)
-    eda) METHOD_ARGS=("${EDA_ARGS[@]}") ;;
-    gec) METHOD_ARGS=(algorithm.adv_estimator=grpo "${GEC_ARGS[@]}") ;;
-    forcer) METHOD_ARGS=(algorithm.adv_estimator=grpo "${GEC_ARGS[@]}" +algorithm.edge_gec.force_regenerate=True) ;;
-    forcer_eda) METHOD_ARGS=("${EDA_ARGS[@]}" "${GEC_ARGS[@]}" +algorithm.edge_gec.force_regenerate=True) ;;
-    grpo) METHOD_ARGS=(algorithm.adv_estimator=grpo) ;;
-    gepo) METHOD_ARGS=(algorithm.adv_estimator=gepo) ;;
-    # GEPO's ablations (gepo.ablation lifts the alpha_high < alpha_low guard for exactly that one)
-    gepo_no_high) METHOD_ARGS=(algorithm.adv_estimator=gepo +algorithm.gepo.ablation=no_high_entropy_control +algorithm.gepo.alpha_high=1.0) ;;
-    gepo_no_low) METHOD_ARGS=(algorithm.adv_estimator=gepo +algorithm.gepo.ablation=no_low_entropy_control +algorithm.gepo.alpha_low=1.0) ;;
-    gepo_symmetric) METHOD_ARGS=(
-        algorithm.adv_estimator=gepo
-        +algorithm.gepo.ablation=symmetric
-        +algorithm.gepo.alpha_low="$GEPO_SYMMETRIC_ALPHA"
-        +algorithm.gepo.alpha_high="$GEPO_SYMMETRIC_ALPHA"
-    ) ;;
-    clipcov) METHOD_ARGS=(  # verl's built-in Clip-Cov policy loss (entropy-mechanism paper's values)
-        algorithm.adv_estimator=grpo
-        actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov
-        actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.0002
-        actor_rollout_ref.actor.policy_loss.clip_cov_lb=1.0
-        actor_rollout_ref.actor.policy_loss.clip_cov_ub=5.0
-    ) ;;
-    klcov) METHOD_ARGS=(  # verl's built-in KL-Cov policy loss
-        algorithm.adv_estimator=grpo
-        actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov
-        actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002
-        actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1
-    ) ;;
-    cliphigher) METHOD_ARGS=(algorithm.adv_estimator=grpo actor_rollout_ref.actor.clip_ratio_high=0.28) ;;  # DAPO-style
-    sft) METHOD_ARGS=() ;;  # EDGE-GRPO's SFT baseline: verl's SFT trainer, run_sft_recipe below
-    *) echo "recipe error: METHOD=$METHOD" >&2; exit 2 ;;
-esac
+# The method's own overrides (estimator, EDA, GEC, options), as edge_verl/methods.py defines METHOD, with
+# this run's parameters; none for SFT (verl's SFT trainer, run_sft_recipe below).
+METHOD_ARGS=()
+method_text=$("$PYTHON" -m edge_verl.cli method-overrides "$METHOD" --knobs "$KNOBS" --seed "$SEED" \
+    --entropy-gradient "$EDA_ENTROPY_GRADIENT" --first-sample-tokens "$MAX_SAMPLE_LENGTH" \
+    --continuation-tokens "$GEC_CONTINUATION_TOKENS" --gepo-symmetric-alpha "$GEPO_SYMMETRIC_ALPHA") || exit $?
+[ -z "$method_text" ] || mapfile -t METHOD_ARGS <<<"$method_text"
 
 # EDGE-GRPO's SFT baseline (supervised fine-tuning on the training set's reference solutions, the RL prompt
 # as context; scripts/prepare_data.py writes sft_<set>.parquet). The paper does not state its SFT

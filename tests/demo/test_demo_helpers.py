@@ -3,7 +3,7 @@ import json
 import pytest
 
 from edge_verl.demo import task
-from edge_verl.demo.run import DemoConfig, algorithm_overrides, build_overrides, collect_metrics, failure_lines, summarise
+from edge_verl.demo.run import DemoConfig, build_overrides, collect_metrics, failure_lines, prepare_inputs, summarise
 
 
 def test_config_rejects_bad_values_naming_the_allowed_ones():
@@ -43,11 +43,26 @@ def test_overrides_select_the_trainer_estimator_and_cpu_backend(tmp_path):
     assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32" in overrides
 
 
-def test_edge_is_eda_plus_gec_with_rollout_log_probs_off():
-    assert algorithm_overrides("gepo") == ["algorithm.adv_estimator=gepo"]
-    edge = algorithm_overrides("edge")
+def test_edge_is_eda_plus_gec_with_rollout_log_probs_off_seeded_by_the_demos_seed(tmp_path):
+    paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet"}
+    gepo = build_overrides(DemoConfig(algorithm="gepo", out=tmp_path), paths)
+    assert "algorithm.adv_estimator=gepo" in gepo and not any("edge_gec" in override for override in gepo)
+    edge = build_overrides(DemoConfig(algorithm="edge", out=tmp_path, seed=5), paths)
     assert edge[0] == "algorithm.adv_estimator=edge_eda"
     assert "actor_rollout_ref.rollout.calculate_log_probs=False" in edge and "+algorithm.edge_gec.enable=True" in edge
+    assert "+algorithm.edge_gec.seed=5" in edge and "+algorithm.edge_eda.entropy_gradient=True" in edge
+    detached = build_overrides(DemoConfig(algorithm="edge_eda", eda_form="detached", out=tmp_path), paths)
+    assert "+algorithm.edge_eda.entropy_gradient=False" in detached and "actor_rollout_ref.actor.calculate_entropy=False" in detached
+
+
+def test_a_gec_demo_trains_on_gec_rows_in_the_gec_file_variant(tmp_path):
+    config = DemoConfig(algorithm="edge", out=tmp_path, warm_start_steps=1)
+    import pandas as pd
+
+    inputs = prepare_inputs(config)
+    assert inputs["train"] == tmp_path / "data" / "train_gec.parquet"
+    assert set(pd.read_parquet(inputs["train"], columns=["agent_name"])["agent_name"]) == {"edge_gec"}
+    assert prepare_inputs(DemoConfig(algorithm="grpo", out=tmp_path, warm_start_steps=1))["train"] == tmp_path / "data" / "train.parquet"
 
 
 def test_rows_carry_answer_and_solution_for_gec():

@@ -15,7 +15,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
-from tests.recipe_dry_run import dry_run, python_path_env
+from edge_verl.methods import get_method
+from tests.recipe_dry_run import dry_run, python_path_env, recipe_method
 
 pytestmark = pytest.mark.verl
 
@@ -50,14 +51,6 @@ def test_there_are_recipes_for_both_backends():
 
 PPO_RECIPES = [recipe for recipe in RECIPES if "METHOD=sft " not in recipe.read_text()]
 SFT_RECIPES = [recipe for recipe in RECIPES if recipe not in PPO_RECIPES]
-# Methods that correct responses (GEC) and methods that run EDA, as recipes/lib/common.sh defines them.
-GEC_METHODS = {"edge", "gec", "forcer", "forcer_eda"}
-EDA_METHODS = {"edge", "eda", "forcer_eda"}
-
-
-def recipe_method(recipe: Path) -> str:
-    line = next(line for line in recipe.read_text().splitlines() if line.startswith("METHOD="))
-    return line.split()[0].split("=", 1)[1]
 
 
 def _compose(config_name, overrides):
@@ -91,9 +84,11 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     assert actor.use_dynamic_bsz and rollout.log_prob_use_dynamic_bsz and ref.log_prob_use_dynamic_bsz
     assert sequence <= actor.ppo_max_token_len_per_gpu <= rollout.log_prob_max_token_len_per_gpu == ref.log_prob_max_token_len_per_gpu
     run = check_run_config(config)
-    method = recipe_method(recipe)
-    assert run.gec_enabled == (method in GEC_METHODS), "GEC methods switch GEC on, the others leave it off"
-    assert run.entropy_gradient == (method in EDA_METHODS), "EDA recipes use the reference's gradient form"
+    method = get_method(recipe_method(recipe))  # its definition: edge_verl/methods.py
+    assert run.estimator == method.estimator
+    assert run.gec_enabled == method.gec, "GEC methods switch GEC on, the others leave it off"
+    assert run.entropy_gradient == method.eda, "EDA recipes use the reference's gradient form"
+    assert run.gec.force_regenerate == method.force_regenerate
     if run.gec_enabled:  # the first sample keeps the paper's 1024; corrections get their full 256 beyond it
         assert (run.gec.first_sample_tokens, run.gec.continuation_tokens) == (1024, 256)
         assert config.actor_rollout_ref.rollout.response_length >= 1024 + 256 + 31
