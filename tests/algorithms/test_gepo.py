@@ -151,3 +151,52 @@ def test_gepo_from_scores_uses_grpos_normalised_advantage():
     a = 0.5 / (0.5**0.5 + 1e-6)  # (1 - 0.5) / (std 0.70711 + epsilon) = 0.70711
     assert result.outcome_advantages.tolist() == pytest.approx([a, -a] * 3, rel=1e-6)
     assert result.shaped_outcome_advantages.tolist() == pytest.approx([0.5 * a, -a, a, -a, a, -0.2 * a], rel=1e-5)
+
+
+def test_group_entropy_equal_to_a_threshold_is_not_attenuated():
+    # frozen thresholds H_low = H_high = 2.0 and group entropies exactly 1.0, 2.0, 3.0 (float32: 1-token groups):
+    # group a: 1 < 2 -> positive x0.5; group b: 2 < 2 and 2 > 2 are both false -> untouched (Eq. 7 is strict);
+    # group c: 3 > 2 -> negative x0.2. Shaped: (0.5, -1, 1, -1, 1, -0.2).
+    thresholds = GepoThresholds()
+    thresholds.load_state_dict({"h_low": 2.0, "h_high": 2.0, "num_updates": 3})
+    result = compute_gepo_advantages(**_three_groups([1.0, -1.0] * 3), thresholds=thresholds, update_state=False)
+    assert result.group_entropy.tolist() == [1.0, 2.0, 3.0]
+    assert result.shaped_outcome_advantages.tolist() == pytest.approx([0.5, -1.0, 1.0, -1.0, 1.0, -0.2])
+    assert result.positive_attenuated.tolist() == [True, False, False, False, False, False]
+    assert result.negative_attenuated.tolist() == [False, False, False, False, False, True]
+
+
+def test_batch_of_equal_group_entropies_is_plain_grpo():
+    # every group has entropy 2.0: mu = 2, sigma = 0, so the candidates are H_low = 2 - 0.2 * 0 = 2 and
+    # H_high = 2 + 0.3 * 0 = 2, exactly each group's entropy; the first step seeds H = H_hat, and with strict
+    # inequalities no group is below H_low or above H_high: the shaped advantages are GRPO's (1, -1) x 3.
+    batch = _three_groups([1.0, -1.0] * 3)
+    batch["entropy_source"] = torch.full((6, 1), -2.0)
+    for order in ("update_then_apply", "apply_then_update"):
+        result = compute_gepo_advantages(**batch, thresholds=GepoThresholds(), order=order)
+        assert (result.h_low, result.h_high) == (2.0, 2.0)
+        assert torch.equal(result.shaped_outcome_advantages, result.outcome_advantages)
+        assert result.shaped_outcome_advantages.tolist() == [1.0, -1.0] * 3
+        assert not result.positive_attenuated.any() and not result.negative_attenuated.any()
+
+
+def test_apply_then_update_first_step_seeds_then_applies_the_candidates():
+    # fresh thresholds (num_updates = 0): there are no previous thresholds, so the first step seeds
+    # H = H_hat = (1.83670, 2.24495) (entropies 1, 2, 3 as in test_thresholds_worked_example_population_std)
+    # and shapes with them, exactly like update_then_apply: (0.5, -1, 1, -1, 1, -0.2). Shaping with the
+    # unseeded (0, 0) instead would attenuate every negative: (1, -0.2, 1, -0.2, 1, -0.2).
+    thresholds = GepoThresholds()
+    result = compute_gepo_advantages(**_three_groups([1.0, -1.0] * 3), thresholds=thresholds, order="apply_then_update")
+    assert (result.h_low, result.h_high) == pytest.approx((1.83670, 2.24495), abs=1e-5)
+    assert result.shaped_outcome_advantages.tolist() == pytest.approx([0.5, -1.0, 1.0, -1.0, 1.0, -0.2])
+    assert thresholds.num_updates == 1
+    assert (thresholds.h_low, thresholds.h_high) == pytest.approx((1.83670, 2.24495), abs=1e-5)
+    # step 2, entropies 5, 6, 7 (candidates 5.83670 / 6.24495): shaped with step 1's thresholds, so every
+    # group is above H_high = 2.24495 -> every negative x0.2; the state then moves to the EMA
+    # 0.99 * 1.83670 + 0.01 * 5.83670 = 1.87670, 0.99 * 2.24495 + 0.01 * 6.24495 = 2.28495
+    batch = _three_groups([1.0, -1.0] * 3)
+    batch["entropy_source"] = batch["entropy_source"] - 4.0
+    second = compute_gepo_advantages(**batch, thresholds=thresholds, order="apply_then_update")
+    assert (second.h_low, second.h_high) == pytest.approx((1.83670, 2.24495), abs=1e-5)
+    assert second.shaped_outcome_advantages.tolist() == pytest.approx([1.0, -0.2] * 3)
+    assert (thresholds.h_low, thresholds.h_high) == pytest.approx((1.87670, 2.28495), abs=1e-5)

@@ -7,8 +7,6 @@ from edge_verl.algorithms.gec import REFLECTION_PHRASE
 
 from tests.e2e.gec_checks import BRANCHES, check_forced_branch_run, forced_branch_overrides, read_dump
 
-pytestmark = pytest.mark.e2e
-
 
 # Every branch on the v1 trainer; on the legacy trainer the branch that calls the rollout server again (what
 # differs there is the trainer side, sample numbering and metrics, which any branch exercises).

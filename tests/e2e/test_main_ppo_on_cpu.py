@@ -10,8 +10,6 @@ import pytest
 from edge_verl.demo.run import DemoConfig, run_demo
 from edge_verl.reward.score import GRADER_OUTCOMES
 
-pytestmark = pytest.mark.e2e
-
 GRADER_KEYS = {f"edge_verl/grader/{outcome}" for outcome in GRADER_OUTCOMES}
 
 

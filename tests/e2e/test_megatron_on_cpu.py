@@ -9,8 +9,6 @@ import pytest
 
 from tests.e2e.recipe_runs import run_recipe_on_cpu
 
-pytestmark = pytest.mark.e2e
-
 # |p_rollout - p_actor| per response token: the HF rollout samples from the HF weights the Megatron engine
 # exported (fp32 HF, bf16 Megatron). Measured: mean 0.8e-4 - 1.5e-4, max <= 3.2e-3 over 2-3 steps, TP 1 and 2.
 PROBS_DIFF_MEAN_BOUND = 2e-3

@@ -5,8 +5,6 @@ import pytest
 
 from tests.e2e.recipe_runs import run_recipe_on_cpu
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.parametrize(
     "recipe, algorithm, metrics, as_printed",

@@ -21,8 +21,6 @@ from edge_verl.integration.names import GEC_AGENT_LOOP
 from tests.e2e.recipe_runs import TINY_RECIPE_SCALE, python_environment
 from tests.recipe_dry_run import parse
 
-pytestmark = pytest.mark.e2e
-
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = ("1", "2")
 ROWS = ("base_1.5b", "grpo_1.5b", "edge_1.5b")

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
-from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo import core_algos
 
-from edge_verl.benchmarks import make_batch, verl_grpo_vectorized  # noqa: E402
+from edge_verl.benchmarks import make_batch, verl_grpo_vectorized
 
 pytestmark = pytest.mark.verl
 

@@ -14,18 +14,17 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
-from omegaconf import OmegaConf  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-from verl import DataProto  # noqa: E402
-from verl.trainer.ppo import ray_trainer  # noqa: E402
-from verl.utils import tensordict_utils as tu  # noqa: E402
-from verl.workers.config import FSDPActorConfig  # noqa: E402
-from verl.workers.utils import losses  # noqa: E402
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from verl import DataProto
+from verl.trainer.ppo import ray_trainer
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import FSDPActorConfig
+from verl.workers.utils import losses
 
-from edge_verl.demo.tiny import build_model, build_tokenizer  # noqa: E402
-from edge_verl.integration import names  # noqa: E402
-from edge_verl.integration.run import TrainingRun, active_run  # noqa: E402
+from edge_verl.demo.tiny import build_model, build_tokenizer
+from edge_verl.integration import names
+from edge_verl.integration.run import TrainingRun, active_run
 
 pytestmark = pytest.mark.verl
 

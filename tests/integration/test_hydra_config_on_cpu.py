@@ -4,12 +4,11 @@ import dataclasses
 
 import pytest
 
-pytest.importorskip("verl")
-from hydra import compose, initialize_config_module  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig  # noqa: E402
+from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig
 
 pytestmark = pytest.mark.verl
 

@@ -4,8 +4,7 @@ import asyncio
 import time
 
 import pytest
-
-ray = pytest.importorskip("ray")
+import ray
 
 pytestmark = pytest.mark.verl
 
