@@ -25,12 +25,15 @@ FLOAT_BYTES = 4
 TENSORS_TOUCHED = {"grpo_vectorized": 3, "edge_eda": 4, "gepo": 4, "eda_loss_term": 6}
 
 
-def make_batch(batch_size: int, length: int, group_size: int, device: str, seed: int = 0) -> dict:
+def make_batch(
+    batch_size: int, length: int, group_size: int, device: str, seed: int = 0, mask_dtype: torch.dtype = torch.int64
+) -> dict:
     """A verl-like batch: right-padded responses of random lengths, one 0/1 outcome reward at each
-    response's last token, uid strings in groups of ``group_size``, old log-probs and token entropies."""
+    response's last token, uid strings in groups of ``group_size``, old log-probs and token entropies.
+    The response mask is int64 by default, as verl's agent loop builds ``response_mask``."""
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, length + 1, (batch_size,), generator=generator)
-    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).to(mask_dtype)
     rewards = torch.zeros(batch_size, length)
     rewards[torch.arange(batch_size), lengths - 1] = torch.randint(0, 2, (batch_size,), generator=generator).float()
     uids = np.array([f"uid-{i // group_size}" for i in range(batch_size)], dtype=object)
@@ -75,16 +78,39 @@ def synchronize(device: str) -> None:
 
 def time_call(fn: Callable[[], object], device: str, repeats: int, warmup: int = 2) -> float:
     """Median wall time of ``fn`` in milliseconds (the device synchronised around each call)."""
+    return statistics.median(time_rounds({"fn": fn}, device, repeats, warmup)["fn"])
+
+
+def time_rounds(
+    calls: dict[str, Callable[[], object]],
+    device: str,
+    repeats: int,
+    warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
+    """Times in milliseconds of each call in each of ``repeats`` rounds, one call of each per round (the
+    device synchronised around each). Interleaving puts a burst of load from other processes on a shared
+    machine on every call alike, instead of on whichever happened to run then. ``clock``: wall time by
+    default; ``time.process_time`` (this process's CPU time, page faults included) leaves out the time
+    spent waiting for a CPU that other processes hold, for CPU runs with one torch thread."""
     for _ in range(warmup):
-        fn()
-    samples = []
+        for fn in calls.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        fn()
-        synchronize(device)
-        samples.append(time.perf_counter() - started)
-    return 1000 * statistics.median(samples)
+        for name, fn in calls.items():
+            synchronize(device)
+            started = clock()
+            fn()
+            synchronize(device)
+            samples[name].append(1000 * (clock() - started))
+    return samples
+
+
+def round_ratio(samples: dict[str, list[float]], name: str, baseline: str) -> float:
+    """Median over the rounds of ``name``'s time / ``baseline``'s time in the same round: steadier on a
+    loaded machine than the ratio of the two medians, as both calls of a round ran under the same load."""
+    return statistics.median(ours / base for ours, base in zip(samples[name], samples[baseline]))
 
 
 @dataclass(frozen=True)

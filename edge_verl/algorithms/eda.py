@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum
+from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum_and_count
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def group_entropy_mean(
     weights = has_tokens.to(response_entropy.dtype)
     count = group_sum(weights, group_index, num_groups)
     group_mean = group_sum(response_entropy * weights, group_index, num_groups) / count.clamp(min=1.0)
-    return group_mean[group_index]
+    return group_mean.index_select(0, group_index)
 
 
 def _guarded_ratio(
@@ -75,9 +75,9 @@ def _guarded_ratio(
 ) -> torch.Tensor:
     """P / normaliser within ``ratio_bounds``; 1 where the normaliser is <= entropy_epsilon (no scaling)."""
     degenerate = group_entropy <= entropy_epsilon
-    ratio = response_entropy / torch.where(degenerate, torch.ones_like(group_entropy), group_entropy)
+    ratio = response_entropy / torch.where(degenerate, 1.0, group_entropy)
     low, high = ratio_bounds(entropy_epsilon, ratio_clamp)
-    return torch.where(degenerate, torch.ones_like(ratio), ratio.clamp(min=low, max=high))
+    return torch.where(degenerate, 1.0, ratio.clamp(min=low, max=high))
 
 
 def entropy_gradient_scale(
@@ -123,14 +123,17 @@ def compute_eda_advantages(
     token_entropy = token_entropy.to(torch.float32)
     scores = scores.to(torch.float32)
     real = valid.to(scores.device)
-    lengths = response_mask.sum(dim=-1).to(torch.float32)
+    # One float copy of the mask (verl's is int64; a mixed-dtype product is ~3x slower on a CPU) serves the
+    # entropy product and becomes the output, scaled in place: the only (B, T) allocation.
+    mask = response_mask.to(torch.float32, copy=True)
+    # Non-finite token entropies count as 0 (masked_row_sum); Eq. 3's masked mean.
+    entropy_sum, lengths = masked_row_sum_and_count(token_entropy, mask)
+    response_entropy = entropy_sum / lengths.clamp(min=1.0)
     has_tokens = (lengths > 0) & real
     outcome, tied = grpo_outcome(scores, group_index, num_groups, real, norm_by_std=norm_by_std, epsilon=std_epsilon)
-    # Non-finite token entropies count as 0 (masked_row_sum); Eq. 3's masked mean.
-    response_entropy = masked_row_sum(token_entropy, response_mask) / lengths.clamp(min=1.0)
     row_mean = group_entropy_mean(response_entropy, group_index, num_groups, has_tokens)
-    group_entropy = torch.where(has_tokens & (row_mean > entropy_epsilon), row_mean, torch.zeros_like(row_mean))
+    group_entropy = torch.where(has_tokens & (row_mean > entropy_epsilon), row_mean, 0.0)
     ratio = _guarded_ratio(response_entropy, group_entropy, entropy_epsilon, ratio_clamp)
     eda_outcome = outcome / ratio
-    advantages = eda_outcome[:, None] * response_mask.to(eda_outcome.dtype)
+    advantages = mask.mul_(eda_outcome[:, None])
     return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens, group_entropy, tied)

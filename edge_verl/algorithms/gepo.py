@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum
+from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum_and_count
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 
@@ -44,8 +44,9 @@ def compute_group_entropy(
     sign = 1.0 if estimator == "token_entropy" else -1.0
     row_valid = valid.to(torch.float32)
     # Row-level reductions only (one fused pass over (B, T)); non-finite values count as 0.
-    row_tokens = response_mask.sum(dim=-1).to(torch.float32) * row_valid
-    row_total = sign * masked_row_sum(token_values.to(torch.float32), response_mask) * row_valid
+    row_total, row_tokens = masked_row_sum_and_count(token_values.to(torch.float32), response_mask)
+    row_tokens = row_tokens * row_valid
+    row_total = sign * row_total * row_valid
     if estimator == "response_mean":
         has_tokens = row_tokens > 0
         row_mean = row_total / row_tokens.clamp(min=1.0)
@@ -63,7 +64,9 @@ def batch_entropy_stats(group_entropy: torch.Tensor, group_valid: torch.Tensor) 
     if values.numel() == 0:
         return 0.0, 0.0
     mean = values.mean()
-    return float(mean), float(((values - mean) ** 2).mean().sqrt())
+    deviation = values - mean
+    mu, sigma = torch.stack((mean, (deviation * deviation).mean().sqrt())).tolist()  # one host sync
+    return mu, sigma
 
 
 def candidate_thresholds(mu: float, sigma: float, beta_low: float, beta_high: float) -> tuple[float, float]:
@@ -182,8 +185,11 @@ def compute_gepo_advantages(
     outcome_advantages, tied = grpo_outcome(
         scores.to(torch.float32), group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=std_epsilon
     )
+    # One float copy of the mask (verl's is int64; a mixed-dtype product is ~3x slower on a CPU) serves the
+    # entropy product and becomes the output, scaled in place: the only (B, T) allocation.
+    mask = response_mask.to(torch.float32, copy=True)
     group_entropy, group_valid = compute_group_entropy(
-        entropy_source, response_mask, group_index, num_groups, valid, estimator=estimator
+        entropy_source, mask, group_index, num_groups, valid, estimator=estimator
     )
     candidates = candidate_thresholds(*batch_entropy_stats(group_entropy, group_valid), beta_low, beta_high)
     has_groups = bool(group_valid.any())
@@ -195,10 +201,10 @@ def compute_gepo_advantages(
         if update_state and has_groups:
             thresholds.update(*candidates)
         h_low, h_high = (thresholds.h_low, thresholds.h_high) if thresholds.num_updates > 0 else candidates
-    row_entropy = group_entropy[group_index]
+    row_entropy = group_entropy.index_select(0, group_index)
+    # grpo_outcome gives invalid rows A = 0, which Eq. 7 leaves 0 and never counts as attenuated.
     shaped, positive, negative = shape_advantages(outcome_advantages, row_entropy, h_low, h_high, alpha_low, alpha_high)
-    shaped = torch.where(valid, shaped, torch.zeros_like(shaped))
-    advantages = shaped[:, None] * response_mask.to(shaped.dtype)
+    advantages = mask.mul_(shaped[:, None])
     return GepoResult(
         advantages,
         outcome_advantages,
@@ -209,7 +215,7 @@ def compute_gepo_advantages(
         h_high,
         candidates[0],
         candidates[1],
-        positive & valid,
-        negative & valid,
+        positive,
+        negative,
         tied,
     )

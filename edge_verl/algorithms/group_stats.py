@@ -12,14 +12,15 @@ groups, so cost is O(B*T) and runs on whatever device the tensors are on.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
 PAD_UID_PREFIX = "pad"
-# masked_row_sum: CPU inputs above this many elements are reduced in blocks of ~_BLOCK_ELEMENTS (1 MB).
-_BLOCKED_MIN_ELEMENTS = 1 << 20
+# masked_row_sum: CPU inputs above this many elements (2 MB of float32, where a fresh (B, T) temporary costs
+# its page faults on every call) are reduced in blocks of ~_BLOCK_ELEMENTS (1 MB).
+_BLOCKED_MIN_ELEMENTS = 1 << 19
 _BLOCK_ELEMENTS = 1 << 18
 
 
@@ -27,14 +28,15 @@ def group_index_from_uids(uids: Sequence | np.ndarray) -> tuple[torch.Tensor, in
     """uids (B,) -> (group_index (B,) long, num_groups P, is_pad (B,) bool).
 
     Group ids follow first appearance, so a permutation of the batch permutes nothing but the rows. One
-    dict pass over the rows (no sort): ~12 us for 256 rows, ~0.4 ms for 8192 (numpy's unique on strings,
-    which verl's grouping uses, takes ~5x that).
+    dict pass over the rows (no sort), the codes handed to torch through numpy (``torch.tensor`` on a
+    Python list of ints costs about as much as the dict pass itself): ~40 us for 256 rows, below numpy's
+    ``unique`` on strings, which verl's grouping uses, at every size.
     """
     codes: dict[str, int] = {}
-    index = [codes.setdefault(uid if type(uid) is str else str(uid), len(codes)) for uid in uids]
-    group_index = torch.tensor(index, dtype=torch.long)
-    pad_groups = torch.tensor([uid.startswith(PAD_UID_PREFIX) for uid in codes], dtype=torch.bool)
-    return group_index, len(codes), pad_groups[group_index] if index else torch.zeros(0, dtype=torch.bool)
+    rows = uids.tolist() if isinstance(uids, np.ndarray) else uids
+    index = np.array([codes.setdefault(uid if type(uid) is str else str(uid), len(codes)) for uid in rows], dtype=np.int64)
+    pad_groups = np.array([uid.startswith(PAD_UID_PREFIX) for uid in codes], dtype=bool)
+    return torch.from_numpy(index), len(codes), torch.from_numpy(pad_groups[index])
 
 
 def response_valid(response_mask: torch.Tensor, is_pad: torch.Tensor | None = None) -> torch.Tensor:
@@ -53,32 +55,56 @@ def masked_row_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     8192 x 4096: 22 ms in blocks vs 52 ms for ``(values * mask).sum(-1)`` and 57 ms for ``einsum``); small
     inputs, GPU inputs (cached allocator) and inputs that need a gradient take the plain product.
     Rows whose sum is not finite (NaN/inf anywhere in the row, masked or not) are recomputed exactly with
-    the non-finite entries zeroed.
+    the non-finite entries zeroed; one finite total over the rows proves there are none (one reduction and
+    one host sync instead of a per-row check).
     """
-    mask = mask.to(values.dtype)
+    return _masked_row_sums(values, mask, with_count=False)[0]
+
+
+def masked_row_sum_and_count(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``masked_row_sum`` and each row's number of mask tokens (B,) in values' dtype, from the same pass
+    (on the blocked CPU path the mask block is counted while it is in cache)."""
+    return _masked_row_sums(values, mask, with_count=True)
+
+
+def _masked_row_sums(values: torch.Tensor, mask: torch.Tensor, with_count: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     rows = max(1, _BLOCK_ELEMENTS // max(1, values.shape[-1]))
     blocked = values.device.type == "cpu" and values.numel() > _BLOCKED_MIN_ELEMENTS and not (
         torch.is_grad_enabled() and values.requires_grad
     )
-    if blocked:
-        sums = torch.empty(values.shape[0], dtype=values.dtype)
+    if not blocked:
+        sums, counts = _block_sums(values, mask, with_count)
+    else:
+        sums = values.new_empty(values.shape[0])
+        counts = values.new_empty(values.shape[0]) if with_count else None
         for start in range(0, values.shape[0], rows):
             block = slice(start, start + rows)
-            torch.sum(values[block] * mask[block], dim=-1, out=sums[block])
-    else:
-        sums = (values * mask).sum(dim=-1)
+            block_sums, block_counts = _block_sums(values[block], mask[block], with_count)
+            sums[block] = block_sums
+            if counts is not None:
+                counts[block] = block_counts
+    if math.isfinite(float(sums.detach().sum())):
+        return sums, counts
     bad = ~torch.isfinite(sums)
     if bool(bad.any()):
         clean = torch.nan_to_num(values[bad], nan=0.0, posinf=0.0, neginf=0.0)
         sums = sums.clone()
-        sums[bad] = (clean * mask[bad]).sum(dim=-1)
-    return torch.nan_to_num(sums, nan=0.0, posinf=0.0, neginf=0.0)
+        sums[bad] = (clean * mask[bad].to(values.dtype)).sum(dim=-1)
+    return torch.nan_to_num(sums, nan=0.0, posinf=0.0, neginf=0.0), counts
+
+
+def _block_sums(values: torch.Tensor, mask: torch.Tensor, with_count: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Row sums of values * mask (and of mask) over a block of rows. An integer mask (verl's response_mask
+    is int64) is converted first, block by block in cache on the blocked path: a mixed-dtype product is
+    ~3x slower on a CPU."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(dim=-1), mask.sum(dim=-1) if with_count else None
 
 
 def masked_response_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """values (B, T), response_mask (B, T) -> (B,) mean over each row's response tokens (0 for empty rows)."""
-    lengths = response_mask.sum(dim=-1).to(values.dtype)
-    return masked_row_sum(values, response_mask) / lengths.clamp(min=1.0)
+    sums, lengths = masked_row_sum_and_count(values, response_mask)
+    return sums / lengths.clamp(min=1.0)
 
 
 def group_sum(values: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
@@ -96,14 +122,11 @@ def group_mean_std(
     """
     weights = valid.to(scores.dtype)
     count = group_sum(weights, group_index, num_groups)
-    total = group_sum(scores * weights, group_index, num_groups)
-    mean = total / count.clamp(min=1.0)
-    deviation = (scores - mean[group_index]) * weights
+    mean = group_sum(scores * weights, group_index, num_groups) / count.clamp(min=1.0)
+    deviation = (scores - mean.index_select(0, group_index)) * weights
     variance = group_sum(deviation * deviation, group_index, num_groups) / (count - 1.0).clamp(min=1.0)
     single = count < 2
-    mean = torch.where(single, torch.zeros_like(mean), mean)
-    std = torch.where(single, torch.ones_like(variance), variance.sqrt())
-    return mean, std, count
+    return mean.masked_fill(single, 0.0), variance.sqrt().masked_fill(single, 1.0), count
 
 
 def grpo_outcome(
@@ -118,10 +141,10 @@ def grpo_outcome(
     """``grpo_advantages`` and, from the same group statistics, the fraction of tied groups (a 0-d tensor,
     see ``tied_group_fraction``), so an estimator's metrics need no second pass over the groups."""
     mean, std, count = group_mean_std(scores, group_index, num_groups, valid)
-    advantages = scores - mean[group_index]
+    advantages = scores - mean.index_select(0, group_index)
     if norm_by_std:
-        advantages = advantages / (std[group_index] + epsilon)
-    return torch.where(valid, advantages, torch.zeros_like(advantages)), tied_group_fraction(std, count)
+        advantages = advantages / (std + epsilon).index_select(0, group_index)
+    return torch.where(valid, advantages, 0.0), tied_group_fraction(std, count)
 
 
 def grpo_advantages(
@@ -145,7 +168,7 @@ def tied_group_fraction(std: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """0-d tensor: of the groups with >= 2 valid responses (``group_mean_std``'s std and count), the fraction
     whose scores all tie (std 0): GRPO's advantage collapse. 0 without such groups. No host sync."""
     multi = count >= 2
-    return ((std == 0) & multi).sum().to(std.dtype) / multi.sum().clamp(min=1).to(std.dtype)
+    return ((std == 0) & multi).sum().to(std.dtype) / multi.sum().clamp(min=1)
 
 
 def zero_variance_group_fraction(
@@ -165,10 +188,14 @@ def advantage_statistics(
         response's advantage (its mean over response tokens; outcome estimators broadcast one value);
     zero_variance_group_frac: fraction of groups (>= 2 valid responses) whose scores all tie.
     """
-    valid = valid & (response_mask.sum(dim=-1) > 0)
-    per_response = masked_response_mean(advantages.to(torch.float32), response_mask)[valid]
-    variance = float(per_response.var(unbiased=True)) if per_response.numel() >= 2 else 0.0
-    return {
-        "var": variance if math.isfinite(variance) else 0.0,
-        "zero_variance_group_frac": zero_variance_group_fraction(scores, group_index, num_groups, valid),
-    }
+    sums, lengths = masked_row_sum_and_count(advantages.to(torch.float32), response_mask)
+    valid = valid & (lengths > 0)
+    per_response = sums / lengths.clamp(min=1.0)
+    _, std, count = group_mean_std(scores, group_index, num_groups, valid)
+    tied = tied_group_fraction(std, count)
+    per_response = per_response[valid]
+    if per_response.numel() < 2:
+        variance, tied_frac = 0.0, float(tied)
+    else:  # one host sync for both
+        variance, tied_frac = torch.stack((per_response.var(unbiased=True).to(tied.dtype), tied)).tolist()
+    return {"var": variance if math.isfinite(variance) else 0.0, "zero_variance_group_frac": tied_frac}

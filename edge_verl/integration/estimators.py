@@ -88,16 +88,33 @@ class _Batch:
 
 def on_host(*tensors: torch.Tensor) -> list[np.ndarray]:
     """The tensors, flattened, as float64 numpy arrays, with ONE device-to-host copy for all of them: the
-    step metrics are a few dozen reductions over (B,) vectors, cheaper in numpy than as small torch ops."""
-    sizes = [tensor.numel() for tensor in tensors]
-    flat = torch.cat([tensor.detach().reshape(-1).to(torch.float64) for tensor in tensors]).cpu().numpy()
-    return np.split(flat, np.cumsum(sizes)[:-1])
+    step metrics are a few dozen reductions over (B,) vectors, cheaper in numpy than as small torch ops.
+
+    float32, float64 and bool tensors only (the pure functions' outputs). CPU tensors are read in place
+    (numpy views, widened); others go through one ``torch.cat``, which promotes them to their widest float
+    type (each value exact, as in float64).
+    """
+    if all(tensor.device.type == "cpu" for tensor in tensors):
+        arrays = [(tensor.detach() if tensor.requires_grad else tensor).numpy() for tensor in tensors]
+        return [array.reshape(-1).astype(np.float64) for array in arrays]
+    flat = torch.cat([tensor.reshape(-1) for tensor in tensors]).detach().cpu().numpy().astype(np.float64)
+    parts, start = [], 0
+    for tensor in tensors:
+        end = start + tensor.numel()
+        parts.append(flat[start:end])
+        start = end
+    return parts
 
 
-def masked_variance(values: np.ndarray, rows: np.ndarray) -> float:
-    """Unbiased variance of ``values`` over ``rows`` (bool); 0 with fewer than 2 rows."""
+def masked_variance(values: np.ndarray, rows: np.ndarray, ddof: int = 1) -> float:
+    """Variance (unbiased with the default ``ddof=1``) of ``values`` over ``rows`` (bool); 0 with ``ddof``
+    rows or fewer. numpy's own ``var`` algorithm (pairwise sums, the same value to the last bit) without its
+    per-call overhead, which is most of the cost on (B,) vectors."""
     picked = values[rows]
-    return float(picked.var(ddof=1)) if picked.size >= 2 else 0.0
+    if picked.size <= ddof:
+        return 0.0
+    deviation = picked - np.add.reduce(picked) / picked.size
+    return float(np.add.reduce(deviation * deviation) / (picked.size - ddof))
 
 
 def masked_extreme(values: np.ndarray, rows: np.ndarray, largest: bool, empty: float) -> float:
@@ -232,18 +249,17 @@ def compute_gepo_advantage(
         )
         valid, group_valid = valid > 0, group_valid > 0
         metrics = data.common_metrics(outcome, shaped, valid, tied[0])
-        entropies = group_entropy[group_valid]
         metrics.update(
             {
-                "group_entropy_mean": float(entropies.mean()) if entropies.size else 0.0,
-                "group_entropy_std": float(entropies.std()) if entropies.size else 0.0,
+                "group_entropy_mean": masked_mean(group_entropy, group_valid),
+                "group_entropy_std": float(np.sqrt(masked_variance(group_entropy, group_valid, ddof=0))),
                 "h_low": result.h_low,
                 "h_high": result.h_high,
                 "candidate_h_low": result.candidate_low,
                 "candidate_h_high": result.candidate_high,
                 "ema_updates": float(thresholds.num_updates),
-                "pos_attenuated_frac": float(positive.sum() / max(1, ((outcome > 0) & valid).sum())),
-                "neg_attenuated_frac": float(negative.sum() / max(1, ((outcome < 0) & valid).sum())),
+                "pos_attenuated_frac": float(np.count_nonzero(positive) / max(1, np.count_nonzero((outcome > 0) & valid))),
+                "neg_attenuated_frac": float(np.count_nonzero(negative) / max(1, np.count_nonzero((outcome < 0) & valid))),
             }
         )
         _report(step, estimator, metrics)
