@@ -7,10 +7,10 @@ GB/s next to the machine's measured copy bandwidth):
   ``DataProto`` batch with verl's keys (``entropys``, ``old_log_probs``, ``uid``) handed to
   ``verl.trainer.ppo.ray_trainer.compute_advantage`` inside the estimator's training run, as the legacy
   trainer's ``fit`` does. Everything a training step pays is in the time: the plugin's wrapper opening the
-  advantage step, the estimator and its step metrics, and the ``edge_verl/adv/*`` statistics the wrapper
-  computes for the plugin's estimators; verl's ``grpo_vectorized`` goes through the same call, which then
-  computes no statistics unless ``--advantage-stats`` (``algorithm.edge_metrics.advantage_stats=True`` in
-  every run, as the recipes set it) asks for them for every estimator alike;
+  advantage step, the estimator and its step metrics; verl's ``grpo_vectorized`` goes through the same
+  call. No run computes the ``edge_verl/adv/*`` statistics unless ``--advantage-stats``
+  (``algorithm.edge_metrics.advantage_stats=True`` in every run, as the recipes set it) asks for them for
+  every estimator alike;
 - ``--registry``: each estimator called as verl's compute_advantage calls it (token_level_rewards,
   response_mask, index=uids, config), inside an advantage step (step metrics included), plus ``batch=``
   for ours: the estimator alone, without the wrapper's statistics and verl's DataProto handling;

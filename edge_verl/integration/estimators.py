@@ -98,12 +98,7 @@ def on_host(*tensors: torch.Tensor) -> list[np.ndarray]:
         arrays = [(tensor.detach() if tensor.requires_grad else tensor).numpy() for tensor in tensors]
         return [array.reshape(-1).astype(np.float64) for array in arrays]
     flat = torch.cat([tensor.reshape(-1) for tensor in tensors]).detach().cpu().numpy().astype(np.float64)
-    parts, start = [], 0
-    for tensor in tensors:
-        end = start + tensor.numel()
-        parts.append(flat[start:end])
-        start = end
-    return parts
+    return np.split(flat, np.cumsum([tensor.numel() for tensor in tensors])[:-1])
 
 
 def masked_variance(values: np.ndarray, rows: np.ndarray, ddof: int = 1) -> float:
