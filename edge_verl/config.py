@@ -167,6 +167,11 @@ class GepoConfig:
         return _from_mapping(cls, values)
 
 
+INJECTED_LOSSES = ("surrogate", "masked", "sft")
+ANSWER_SOURCES = ("gold", "placebo")
+FIRST_ATTEMPTS = ("keep", "drop")
+
+
 @dataclass(frozen=True)
 class GecConfig:
     """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
@@ -198,6 +203,22 @@ class GecConfig:
     correct_threshold: a response whose reward score exceeds this counts as correct (binary reward: 0.5).
     seed: seeds the per-response random source together with uid and sample index; paper seed 42.
     group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
+
+    The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
+    injected_loss: how the actor trains the tokens GEC wrote and the policy did not sample (the phrase,
+        the injected answer, the replaced solution; a regeneration's continuation IS sampled).
+        "surrogate" (paper): through the GRPO surrogate like every token. "masked": no policy gradient
+        through them (their advantage is 0 and their log-prob detached inside the loss), the group's
+        rewards and every advantage unchanged. "sft": no surrogate through them; instead a separate
+        token-mean NLL over them, times ``sft_coef``.
+    sft_coef: coefficient of that NLL term (injected_loss="sft" only); 1.0.
+    answer_source: "gold" (paper: the row's own answer and reference solution) or "placebo" (the answer
+        and solution of another training problem, drawn with the per-response seed among problems whose
+        answer grades wrong against this row's gold; a response with no such problem is left as sampled,
+        reason "no_placebo").
+    first_attempt: "keep" (paper: the regenerate and inject_answer branches append to the model's own
+        wrong first response) or "drop" (the corrected response is the phrase + continuation, or the
+        answer text alone), to test whether keeping the wrong first answer in a response rewarded 1 hurts.
     """
 
     enable: bool = False
@@ -213,6 +234,10 @@ class GecConfig:
     correct_threshold: float = 0.5
     seed: int = 42
     group_timeout_s: float = 600.0
+    injected_loss: str = "surrogate"
+    sft_coef: float = 1.0
+    answer_source: str = "gold"
+    first_attempt: str = "keep"
 
     def __post_init__(self) -> None:
         for name in ("enable", "force_regenerate"):
@@ -241,6 +266,12 @@ class GecConfig:
         _check_finite("edge_gec", "group_timeout_s", self.group_timeout_s, low=0.001)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"edge_gec.seed={self.seed!r} must be an integer")
+        _check_choice("edge_gec", "injected_loss", self.injected_loss, INJECTED_LOSSES)
+        _check_finite("edge_gec", "sft_coef", self.sft_coef, low=0.0)
+        if self.injected_loss != "sft" and self.sft_coef != 1.0:
+            raise ValueError(f"edge_gec.sft_coef={self.sft_coef!r} is read only with edge_gec.injected_loss=sft")
+        _check_choice("edge_gec", "answer_source", self.answer_source, ANSWER_SOURCES)
+        _check_choice("edge_gec", "first_attempt", self.first_attempt, FIRST_ATTEMPTS)
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":

@@ -106,6 +106,15 @@ METHODS: dict[str, Method] = {
         Method("forcer", "EDGE-GRPO baseline Force-R: GRPO, every wrong response regenerated", "grpo", gec=True,
                force_regenerate=True, knobs=_EDGE),
         Method("forcer_eda", "EDGE-GRPO ablation: Force-R and EDA", EDA_ESTIMATOR, gec=True, force_regenerate=True, knobs=_EDGE),
+        # The reviewers' controls of EDGE-GRPO (algorithm.edge_gec.*, edge_verl/config.py): EDGE with one switch
+        Method("edge_masked", "EDGE-GRPO control: no policy gradient through GEC's injected tokens", EDA_ESTIMATOR,
+               gec=True, options=("+algorithm.edge_gec.injected_loss=masked",), knobs=_EDGE),
+        Method("edge_sft_injected", "EDGE-GRPO control: GEC's injected tokens trained by NLL, not the surrogate",
+               EDA_ESTIMATOR, gec=True, options=("+algorithm.edge_gec.injected_loss=sft",), knobs=_EDGE),
+        Method("edge_placebo", "EDGE-GRPO control: GEC injects another problem's (wrong) answer and solution",
+               EDA_ESTIMATOR, gec=True, options=("+algorithm.edge_gec.answer_source=placebo",), knobs=_EDGE),
+        Method("edge_drop_first", "EDGE-GRPO control: corrections drop the wrong first attempt", EDA_ESTIMATOR,
+               gec=True, options=("+algorithm.edge_gec.first_attempt=drop",), knobs=_EDGE),
         Method("grpo", "GRPO (verl's built-in estimator): the baseline of both papers", "grpo", knobs=_BOTH),
         Method("gepo", "GEPO: group-entropy-conditioned asymmetric advantage scaling", GEPO_ESTIMATOR, knobs=("gepo",)),
         # GEPO's ablations (gepo.ablation lifts the alpha_high < alpha_low guard for exactly that one)

@@ -126,8 +126,9 @@ def test_every_gec_method_trains_on_the_gec_file_with_gecs_agent_loop():
         expected = "train_hard_1k_gec.parquet" if method.gec else "train_hard_1k.parquet"
         assert method.train_file(Path("data/train_hard_1k.parquet")) == Path("data") / expected
         assert method.agent_name == ("edge_gec" if method.gec else None)
-    assert {name for name, method in METHODS.items() if method.gec} == {"edge", "gec", "forcer", "forcer_eda"}
-    assert {name for name, method in METHODS.items() if method.eda} == {"edge", "eda", "forcer_eda"}
+    controls = {"edge_masked", "edge_sft_injected", "edge_placebo", "edge_drop_first"}  # EDGE with one switch each
+    assert {name for name, method in METHODS.items() if method.gec} == {"edge", "gec", "forcer", "forcer_eda", *controls}
+    assert {name for name, method in METHODS.items() if method.eda} == {"edge", "eda", "forcer_eda", *controls}
 
 
 def test_the_demos_algorithms_are_defined_methods_built_from_their_definitions(tmp_path):

@@ -41,7 +41,16 @@ ANSWER_TEMPLATE = "\nWait! Something is wrong here. After verification, the corr
 # A drawn correction that cannot fit in rollout.response_length (the agent loop leaves the response as sampled).
 DOES_NOT_FIT = "does_not_fit"
 # Every CorrectionRecord.reason: decide_correction's verdicts, then the agent loop's DOES_NOT_FIT.
-REASONS = ("correct", "prompt_too_long", "group_has_correct", "no_solution", "no_answer", "corrected", DOES_NOT_FIT)
+# answer_source=placebo: no other training problem's answer grades wrong against this row's gold.
+NO_PLACEBO = "no_placebo"
+# Every CorrectionRecord.reason: decide_correction's verdicts, then the agent loop's DOES_NOT_FIT / NO_PLACEBO.
+REASONS = ("correct", "prompt_too_long", "group_has_correct", "no_solution", "no_answer", "corrected", DOES_NOT_FIT, NO_PLACEBO)
+
+# Where each token of a final response came from (``token_origins``), in code order. Only "sampled" and
+# "continuation" were sampled from the policy; the other three are text GEC wrote.
+ORIGINS = ("sampled", "continuation", "phrase", "answer", "solution")
+SAMPLED, CONTINUATION, PHRASE, ANSWER, SOLUTION = range(len(ORIGINS))
+NOT_SAMPLED = (PHRASE, ANSWER, SOLUTION)
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ class CorrectionRecord:
     reason: why (one of REASONS); "corrected" exactly when ``branch`` is set.
     fallback: the draw was replace_solution but the row had no reference solution (``missing_solution``).
     original_correct: the first sample's reward was above ``correct_threshold``.
+    original_score: the first sample's reward (what the policy's own response earned, before correction).
     original_length: tokens of the first sample, its EOS included.
     injected_start, injected_end: the span [start, end) of the FINAL response's tokens that were not
         sampled from the policy (the phrase; the answer text + EOS; the whole solution + EOS); (0, 0)
@@ -140,6 +150,7 @@ class CorrectionRecord:
     reason: str
     fallback: bool
     original_correct: bool
+    original_score: float
     original_length: int
     injected_start: int
     injected_end: int
@@ -205,6 +216,32 @@ class CorrectionRecord:
 def injected_answer_text(answer: str, template: str = ANSWER_TEMPLATE) -> str:
     """The appended text of the inject_answer branch (``template`` must contain "{answer}")."""
     return template.replace("{answer}", answer)
+
+
+def token_origins(records: Sequence[Optional["CorrectionRecord"]], length: int):
+    """(B, T) int64 origin code (``ORIGINS``) of every token position of B final responses padded to T.
+
+    A record's injected span [start, end) is the phrase (regenerate), the answer text + EOS (inject_answer)
+    or the solution + EOS (replace_solution); tokens before it are the first sample's own, tokens after a
+    regeneration's phrase its continuation. None (a row GEC did not run on) and uncorrected responses are
+    sampled throughout. Positions past a response's end get a code too: callers mask them.
+    """
+    import torch
+
+    codes = {REGENERATE: PHRASE, INJECT_ANSWER: ANSWER, REPLACE_SOLUTION: SOLUTION}
+    starts, ends, span_codes, after_codes = [], [], [], []
+    for record in records:
+        branch = None if record is None else record.branch
+        starts.append(0 if branch is None else record.injected_start)
+        ends.append(0 if branch is None else record.injected_end)
+        span_codes.append(codes.get(branch, SAMPLED))
+        after_codes.append(CONTINUATION if branch == REGENERATE else SAMPLED)
+    positions = torch.arange(length)[None, :]
+    starts_t, ends_t = torch.as_tensor(starts)[:, None], torch.as_tensor(ends)[:, None]
+    origins = torch.full((len(starts), length), SAMPLED, dtype=torch.int64)
+    origins = torch.where(positions >= ends_t, torch.as_tensor(after_codes)[:, None], origins)
+    in_span = (positions >= starts_t) & (positions < ends_t)
+    return torch.where(in_span, torch.as_tensor(span_codes)[:, None], origins).reshape(len(starts), length)
 
 
 def injected_token_mask(starts, ends, length: int):

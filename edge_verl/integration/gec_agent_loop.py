@@ -154,7 +154,8 @@ class GecAgentLoop(SingleTurnAgentLoop):
         output = await super().run(sampling_params, **kwargs)
         sample_seconds = time.perf_counter() - started
         original_length = len(output.response_ids)
-        correct = await self._grade(list(output.response_ids), kwargs) > self.gec.correct_threshold
+        original_score = await self._grade(list(output.response_ids), kwargs)
+        correct = original_score > self.gec.correct_threshold
         group = [correct]
         if self.gec.scope == "all_wrong_groups":
             group = await group_rendezvous().wait_for_group(
@@ -191,6 +192,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             reason=reason,
             fallback=decision.fallback,
             original_correct=correct,
+            original_score=original_score,
             original_length=original_length,
             injected_start=kept.injected_start,
             injected_end=kept.injected_end,

@@ -44,6 +44,14 @@ EDA_GROUP_ENTROPY_COLUMN = "edge_eda_group_entropy"
 EDA_RATIO_COLUMN = "edge_eda_entropy_ratio"
 EDA_OPTIONS_KEY = "edge_eda_loss_options"
 
+# GEC in the actor loss (``integration/eda_loss.py``): the per-token origin code of every response token
+# (``edge_verl.algorithms.gec.ORIGINS``), written at the advantage step of a GEC run next to the advantages,
+# and the batch-level options the loss treats GEC's injected tokens with (edge_gec.injected_loss, sft_coef).
+# Per-origin diagnostics are logged as ``actor/gec/<origin>/<statistic>``.
+GEC_ORIGIN_COLUMN = "edge_gec_token_origin"
+GEC_LOSS_OPTIONS_KEY = "edge_gec_loss_options"
+GEC_ACTOR_SCOPE = "actor/gec"
+
 # Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
 

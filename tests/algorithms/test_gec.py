@@ -26,7 +26,7 @@ PAPER = (0.5, 0.25, 0.25)
 
 # A response left as sampled because it was correct; tests override what they need.
 UNTOUCHED = dict(
-    branch=None, reason="correct", fallback=False, original_correct=True, original_length=4, injected_start=0,
+    branch=None, reason="correct", fallback=False, original_correct=True, original_score=1.0, original_length=4, injected_start=0,
     injected_end=0, all_wrong_group=False, prompt_length=8, sample_seconds=0.0, correction_seconds=0.0,
 )
 
@@ -37,7 +37,7 @@ def _record(**fields):
 
 
 def _corrected(branch, start, end, **fields):
-    return _record(branch=branch, reason="corrected", original_correct=False, injected_start=start, injected_end=end, **fields)
+    return _record(branch=branch, reason="corrected", original_correct=False, original_score=0.0, injected_start=start, injected_end=end, **fields)
 
 
 def _regenerated(start, end, tokens, budget, requested, **fields):
@@ -155,9 +155,9 @@ def test_every_metric_of_a_step_of_hand_built_records():
         _regenerated(2, 4, tokens=3, budget=3, requested=5, sample_seconds=1.0, correction_seconds=2.0),
         _corrected(INJECT_ANSWER, 1, 3, fallback=True, sample_seconds=1.0, correction_seconds=0.5),
         _record(sample_seconds=2.0),
-        _record(reason="does_not_fit", original_correct=False, sample_seconds=1.0),
+        _record(reason="does_not_fit", original_correct=False, original_score=0.0, sample_seconds=1.0),
         _regenerated(0, 1, tokens=5, budget=5, requested=5, sample_seconds=1.0, correction_seconds=1.5),
-        _record(reason="prompt_too_long", original_correct=False, all_wrong_group=True, sample_seconds=1.0),
+        _record(reason="prompt_too_long", original_correct=False, original_score=0.0, all_wrong_group=True, sample_seconds=1.0),
         None,
     ]
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]])
@@ -280,7 +280,7 @@ def test_summary_of_continuations_and_the_gate():
     infos = [
         _regenerated(0, 1, tokens=256, budget=256, requested=256),
         _regenerated(0, 1, tokens=40, budget=40, requested=256),
-        _record(reason="prompt_too_long", original_correct=False),
+        _record(reason="prompt_too_long", original_correct=False, original_score=0.0),
     ]
     metrics = summarize_corrections(infos, [0.0, 1.0, 0.0], ["a", "a", "b"], torch.ones(3, 4))
     assert metrics["gec/prompt_too_long"] == 1 and metrics["gec/continuation_cut"] == 1
