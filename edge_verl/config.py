@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Optional
 
-from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE
+from edge_verl.algorithms.gec import ANSWER_TEMPLATE, INJECTED_LOSSES, REFLECTION_PHRASE
 from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
 
 
@@ -167,7 +167,6 @@ class GepoConfig:
         return _from_mapping(cls, values)
 
 
-INJECTED_LOSSES = ("surrogate", "masked", "sft")
 ANSWER_SOURCES = ("gold", "placebo")
 FIRST_ATTEMPTS = ("keep", "drop")
 

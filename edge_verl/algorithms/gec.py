@@ -51,6 +51,8 @@ REASONS = ("correct", "prompt_too_long", "group_has_correct", "no_solution", "no
 ORIGINS = ("sampled", "continuation", "phrase", "answer", "solution")
 SAMPLED, CONTINUATION, PHRASE, ANSWER, SOLUTION = range(len(ORIGINS))
 NOT_SAMPLED = (PHRASE, ANSWER, SOLUTION)
+# edge_gec.injected_loss: how the actor trains the NOT_SAMPLED tokens (edge_verl.algorithms.gec_loss).
+INJECTED_LOSSES = ("surrogate", "masked", "sft")
 
 
 @dataclass(frozen=True)

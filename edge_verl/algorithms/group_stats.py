@@ -199,3 +199,31 @@ def advantage_statistics(
     else:  # one host sync for both
         variance, tied_frac = torch.stack((per_response.var(unbiased=True).to(tied.dtype), tied)).tolist()
     return {"var": variance if math.isfinite(variance) else 0.0, "zero_variance_group_frac": tied_frac}
+
+
+def as_sampled_statistics(
+    sampled_scores: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    uncorrected: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> dict[str, float]:
+    """The advantage statistics of a batch whose rewards were changed after sampling (GEC), on the
+    responses as the policy sampled them (EDGE-GRPO Fig. 5's variance rises by construction when corrected,
+    rewarded responses are inserted):
+
+    adv_var, zero_variance_group_frac: ``advantage_statistics`` of the GRPO advantages of the rewards as
+        sampled (``sampled_scores``, before any correction), grouped as trained;
+    adv_var_uncorrected: the variance of the advantages as trained (``advantages`` (B, T)) over the responses
+        left as sampled (``uncorrected`` (B,)) only.
+    """
+    outcome, _ = grpo_outcome(sampled_scores, group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=epsilon)
+    mask = response_mask.to(torch.float32)
+    stats = advantage_statistics(outcome[:, None] * mask, mask, sampled_scores, group_index, num_groups, valid)
+    kept = advantage_statistics(advantages, mask, sampled_scores, group_index, num_groups, valid & uncorrected)
+    return {"adv_var": stats["var"], "zero_variance_group_frac": stats["zero_variance_group_frac"], "adv_var_uncorrected": kept["var"]}

@@ -120,6 +120,21 @@ def masked_extreme(values: np.ndarray, rows: np.ndarray, largest: bool, empty: f
     return float(picked.max() if largest else picked.min())
 
 
+# EDA's stability per step (EDGE-GRPO's reviewers: the normalised entropy in the denominator has no stated
+# bound): these quantiles of |advantage| and of the entropy ratio P_hat, next to verl's actor/grad_norm.
+QUANTILES = {"p1": 0.01, "p50": 0.5, "p99": 0.99}
+
+
+def masked_quantiles(values: np.ndarray, rows: np.ndarray, name: str, empty: float) -> dict[str, float]:
+    """``<name>_p1``, ``_p50``, ``_p99`` of ``values`` over ``rows`` (numpy's linear interpolation);
+    ``empty`` for each when no row is selected."""
+    picked = values[rows]
+    if not picked.size:
+        return {f"{name}_{label}": empty for label in QUANTILES}
+    points = np.quantile(picked, list(QUANTILES.values()))
+    return {f"{name}_{label}": float(point) for label, point in zip(QUANTILES, points)}
+
+
 def masked_mean(values: np.ndarray, rows: np.ndarray, empty: float = 0.0) -> float:
     picked = values[rows]
     return float(picked.mean()) if picked.size else empty
@@ -168,6 +183,8 @@ def compute_edge_eda_advantage(
                 "entropy_ratio_min": masked_extreme(ratio, real, largest=False, empty=1.0),
                 "entropy_ratio_max": masked_extreme(ratio, real, largest=True, empty=1.0),
                 "response_entropy_mean": masked_mean(entropy, real),
+                **masked_quantiles(np.abs(after), valid, "abs_adv", empty=0.0),
+                **masked_quantiles(ratio, real, "entropy_ratio", empty=1.0),
             }
         )
         _report(step, estimator, metrics)
@@ -179,7 +196,7 @@ def compute_edge_eda_advantage(
 
 def _hand_to_loss(step: AdvantageStep, result: Any, response_mask: torch.Tensor, options: EdaConfig) -> None:
     """EDA's gradient form: what the actor loss needs to rescale this batch's advantages
-    (``edge_verl.integration.eda_loss``), laid on each row's response tokens."""
+    (``edge_verl.integration.actor_loss``), laid on each row's response tokens."""
     mask = response_mask.to(torch.float32)
     step.loss_columns = {
         names.EDA_GROUP_ENTROPY_COLUMN: result.group_entropy[:, None] * mask,

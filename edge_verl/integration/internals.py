@@ -160,7 +160,7 @@ CORE = PatchTable(
             "PPOTrainer._save_checkpoint": ("self",),
         },
         "verl.experimental.agent_loop.agent_loop": {"AgentLoopManager.generate_sequences": ("self", "prompts")},
-        # the actor loss (integration/eda_loss.py), and the modules that bind ppo_loss by name at import
+        # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import
         "verl.workers.utils.losses": {
             "ppo_loss": ("config", "model_output", "data", "dp_group"),
             "get_policy_loss_fn": ("name",),

@@ -39,12 +39,12 @@ REWARD_MODULE = "edge_verl.reward"
 # EDA with gradient through entropy (``algorithm.edge_eda.entropy_gradient``): per-token columns the
 # estimator writes next to ``advantages`` for the actor loss (the detached normaliser = the old policy's
 # group mean response entropy, 0 on rows left unscaled; the old P_hat), and the batch-level guard options
-# (entropy_epsilon, ratio_clamp) they were computed with. See ``integration/eda_loss.py``.
+# (entropy_epsilon, ratio_clamp) they were computed with. See ``integration/actor_loss.py``.
 EDA_GROUP_ENTROPY_COLUMN = "edge_eda_group_entropy"
 EDA_RATIO_COLUMN = "edge_eda_entropy_ratio"
 EDA_OPTIONS_KEY = "edge_eda_loss_options"
 
-# GEC in the actor loss (``integration/eda_loss.py``): the per-token origin code of every response token
+# GEC in the actor loss (``integration/actor_loss.py``): the per-token origin code of every response token
 # (``edge_verl.algorithms.gec.ORIGINS``), written at the advantage step of a GEC run next to the advantages,
 # and the batch-level options the loss treats GEC's injected tokens with (edge_gec.injected_loss, sft_coef).
 # Per-origin diagnostics are logged as ``actor/gec/<origin>/<statistic>``.

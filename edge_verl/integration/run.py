@@ -131,8 +131,9 @@ class TrainingRun:
 
     @property
     def opens_advantage_step(self) -> bool:
-        """The advantage step has work for the plugin: its estimator, or statistics of verl's."""
-        return self.uses_plugin_estimator or self.advantage_stats
+        """The advantage step has work for the plugin: its estimator, statistics of verl's, or GEC's token
+        origins for the actor loss."""
+        return self.uses_plugin_estimator or self.advantage_stats or self.gec_enabled
 
     @property
     def needs_entropy(self) -> bool:

@@ -19,7 +19,7 @@ around verl's own advantage code, and hands the step's metrics and loss columns 
   metrics from the rollout's ``extra_fields``.
 - both: ``_load_checkpoint`` creates the run's ``TrainingRun`` (before the first rollout) and restores
   GEPO's thresholds on resume, ``_save_checkpoint`` saves them, ``_update_actor`` stops a run whose actor
-  loss hook (``integration/eda_loss.py``) did not run; ``validate_config`` (verl's ``main``, before
+  loss hook (``integration/actor_loss.py``) did not run; ``validate_config`` (verl's ``main``, before
   ``ray.init``) runs the plugin's preflight.
 Every wrapper is gated on the run using the plugin (``run.plugin_in_use``): a plain verl run has no
 ``TrainingRun``, and each wrapper then calls verl's function and returns its result untouched (no extra
@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from edge_verl.integration import eda_loss, estimators, names
+from edge_verl.integration import actor_loss, estimators, names
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import check_gec_rows, check_run_config, preflight_or_exit
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, plugin_in_use, prefixed
@@ -163,6 +163,53 @@ def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tu
     return data
 
 
+def gec_advantage_outputs(run: TrainingRun, step: Any, infos: list, uids: Any, response_mask: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor) -> None:
+    """GEC at the advantage step (any estimator): each response token's origin and the injected tokens'
+    treatment for the actor loss (``integration/actor_loss.py``) into the step's loss columns and options,
+    and the statistics of the responses as sampled (``edge_verl/gec/sampled/*``, before correction) next to
+    those of the advantages as trained (``edge_verl/gec/final/*``) into its metrics. ``infos`` (B,): the
+    rows' ``extra_fields["edge_verl_gec"]`` (None for a row GEC did not run on); ``scores`` (B,) final rewards."""
+    from edge_verl.algorithms.gec import CorrectionRecord, token_origins
+    from edge_verl.algorithms.gec_loss import not_sampled
+    from edge_verl.algorithms.group_stats import advantage_statistics, as_sampled_statistics, response_valid
+
+    records = [CorrectionRecord.from_dict(info) if isinstance(info, dict) else None for info in infos]
+    mask = response_mask.to(torch.bool).cpu()
+    origins = torch.where(mask, token_origins(records, mask.shape[1]), 0)
+    injected, total = int((not_sampled(origins) & mask).sum()), int(mask.sum())
+    step.loss_columns[names.GEC_ORIGIN_COLUMN] = origins.to(torch.float32)
+    step.loss_options[names.GEC_LOSS_OPTIONS_KEY] = {
+        "injected_loss": run.gec.injected_loss,
+        "sft_coef": run.gec.sft_coef,
+        "injected_share": injected / max(total, 1),
+    }
+    final_scores = scores.detach().to(torch.float32).cpu()
+    sampled_scores = torch.tensor([float(s) if r is None else r.original_score for r, s in zip(records, final_scores.tolist())])
+    uncorrected = torch.tensor([r is None or r.branch is None for r in records])
+    group_index, num_groups, is_pad = step.grouping(uids)
+    valid = response_valid(mask, is_pad.cpu())
+    advantages = advantages.detach().to(torch.float32).cpu()
+    epsilon = getattr(run.options, "std_epsilon", 1e-6)
+    sampled = as_sampled_statistics(
+        sampled_scores, advantages, mask, group_index.cpu(), num_groups, valid, uncorrected,
+        norm_by_std=run.norm_adv_by_std, epsilon=epsilon,
+    )
+    final = advantage_statistics(advantages, mask, final_scores, group_index.cpu(), num_groups, valid)
+    step.metrics.update(prefixed(sampled, "gec", "sampled"))
+    step.metrics.update(prefixed({"adv_var": final["var"], "zero_variance_group_frac": final["zero_variance_group_frac"]}, "gec", "final"))
+
+
+def finish_gec_actor_metrics(metrics: dict) -> None:
+    """The actor update's per-origin sums (``actor/gec/<origin>/_*``, reduced by verl) replaced in place by
+    the shares and means they give (``gec_loss.finish_origin_metrics``)."""
+    from edge_verl.algorithms.gec_loss import finish_origin_metrics, raw_keys
+
+    finished = finish_origin_metrics(metrics, names.GEC_ACTOR_SCOPE)
+    for key in raw_keys(metrics, names.GEC_ACTOR_SCOPE):
+        metrics.pop(key)
+    metrics.update(finished)
+
+
 def gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
     from edge_verl.algorithms.gec import summarize_corrections
 
@@ -216,6 +263,11 @@ class LegacyAdapter:
                 return original(data, adv_estimator, *args, **kwargs)
             with advantage_step(run) as step:
                 data = compute_advantage_in_step(original, step, data, (adv_estimator, *args), kwargs)
+            infos = data.non_tensor_batch.get(names.GEC_INFO_KEY)
+            if run is not None and run.gec_enabled and infos is not None:
+                batch = data.batch
+                scores = batch["token_level_scores"].sum(dim=-1)
+                gec_advantage_outputs(run, step, list(infos), data.non_tensor_batch["uid"], batch["response_mask"], batch["advantages"], scores)
             for key, column in step.loss_columns.items():  # the batch goes on to the actor as it is
                 data.batch[key] = column.to(data.batch["advantages"].dtype)
             data.meta_info.update(step.loss_options)
@@ -247,7 +299,11 @@ class LegacyAdapter:
     def update_actor(original: Callable) -> Callable:
         def _update_actor(self, batch, *args, **kwargs):
             output = original(self, batch, *args, **kwargs)
-            check_loss_hook_ran(run_of(self), output.meta_info.get("metrics", {}))
+            run = run_of(self)
+            metrics = output.meta_info.get("metrics", {})
+            check_loss_hook_ran(run, metrics)
+            if run is not None and run.gec_enabled:
+                finish_gec_actor_metrics(metrics)
             return output
 
         return _update_actor
@@ -310,6 +366,16 @@ class V1Adapter:
                 entropy = fetched.to_padded_tensor()["entropy"]
             with advantage_step(run, entropy=entropy) as step:
                 result = original(trainer, batch, metrics, *args, **kwargs)
+            if run.gec_enabled:
+                fields = ["extra_fields", "uid", "response_mask", "advantages", "rm_scores"]
+                data = self.tq.kv_batch_get(keys=result.keys, partition_id=result.partition_id, select_fields=fields)
+                extras = data.pop("extra_fields").tolist()
+                uids = np.array([str(uid) for uid in data.pop("uid").tolist()], dtype=object)
+                response_mask = data["response_mask"] if response_mask is None else response_mask
+                padded = data.to_padded_tensor()
+                infos = [extra.get(names.GEC_INFO_KEY) if isinstance(extra, dict) else None for extra in extras]
+                scores = padded["rm_scores"].sum(dim=-1)
+                gec_advantage_outputs(run, step, infos, uids, padded["response_mask"], padded["advantages"], scores)
             metrics.update(step.metrics)
             return self.put_loss_inputs(result, step, response_mask) if step.loss_columns else result
 
@@ -365,7 +431,10 @@ class V1Adapter:
     def update_actor(original: Callable) -> Callable:
         def _update_actor(self, batch, metrics, *args, **kwargs):
             result = original(self, batch, metrics, *args, **kwargs)
-            check_loss_hook_ran(run_of(self), metrics)
+            run = run_of(self)
+            check_loss_hook_ran(run, metrics)
+            if run is not None and run.gec_enabled:
+                finish_gec_actor_metrics(metrics)
             return result
 
         return _update_actor
@@ -413,7 +482,7 @@ def patch_agent_loop(module: Any) -> None:
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
-    "verl.workers.utils.losses": eda_loss.patch_losses,
+    "verl.workers.utils.losses": actor_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": estimators.register_estimators,
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,

@@ -12,11 +12,15 @@ from collections import Counter
 
 import pytest
 
-from edge_verl.algorithms.gec import REFLECTION_PHRASE, injected_answer_text
+from edge_verl.algorithms.gec import ORIGINS, REFLECTION_PHRASE, injected_answer_text
 from edge_verl.demo import task
 
 BRANCHES = {"regenerate": "[1,0,0]", "inject_answer": "[0,1,0]", "replace_solution": "[0,0,1]"}
-EDA_KEYS = ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max")
+INJECTED = ("phrase", "answer", "solution")  # the origins GEC wrote (edge_verl.algorithms.gec.NOT_SAMPLED)
+EDA_KEYS = (
+    "zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max",
+    "abs_adv_p1", "abs_adv_p50", "abs_adv_p99", "entropy_ratio_p1", "entropy_ratio_p50", "entropy_ratio_p99",
+)
 
 
 def read_dump(folder):
@@ -130,3 +134,27 @@ def check_token_accounting(records, dump, tokenizer, first_sample_tokens):
     decoded = Counter(tokenizer.decode(record["response_ids"], skip_special_tokens=True) for record in records)
     assert decoded == Counter(row["output"] for row in dump)
     return branches
+
+
+def has_gradient(metrics):
+    """Some group's rewards differ after the corrections: the surrogate has a gradient (with every group tied,
+    every advantage is 0 and no gradient share is defined)."""
+    return metrics["edge_verl/gec/final/zero_variance_group_frac"] < 1.0
+
+
+def check_origin_metrics(metrics):
+    """Every origin has a token share and (when there is a gradient) a gradient share; each set sums to 1;
+    the injected tokens' share equals GEC's count of them; the sampled-only statistics are logged."""
+    statistics = ("token_share", "grad_share") if has_gradient(metrics) else ("token_share",)
+    for statistic in statistics:
+        shares = [metrics[f"actor/gec/{origin}/{statistic}"] for origin in ORIGINS]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-5), (statistic, shares)
+        assert all(0.0 <= share <= 1.0 for share in shares)
+    if not has_gradient(metrics):
+        assert not any(key.endswith("/grad_share") for key in metrics if key.startswith("actor/gec/"))
+    assert metrics["actor/gec/sampled/token_share"] > 0
+    injected_share = sum(metrics[f"actor/gec/{origin}/token_share"] for origin in INJECTED)
+    assert injected_share == pytest.approx(metrics["edge_verl/gec/injected_token_frac"], rel=1e-3)
+    for key in ("adv_var", "zero_variance_group_frac", "adv_var_uncorrected"):
+        assert f"edge_verl/gec/sampled/{key}" in metrics
+    assert not any(key.rsplit("/", 1)[-1].startswith("_") for key in metrics if key.startswith("actor/gec/"))

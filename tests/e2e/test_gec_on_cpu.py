@@ -5,21 +5,30 @@ import pytest
 
 from edge_verl.algorithms.gec import REFLECTION_PHRASE
 
-from tests.e2e.gec_checks import BRANCHES, check_forced_branch_run, forced_branch_overrides, read_dump
+from tests.e2e.gec_checks import check_forced_branch_run, check_origin_metrics, forced_branch_overrides, has_gradient, read_dump
 
 
-# Every branch on the v1 trainer; on the legacy trainer the branch that calls the rollout server again (what
-# differs there is the trainer side, sample numbering and metrics, which any branch exercises).
-RUNS = [*((branch, "v1") for branch in BRANCHES), ("regenerate", "legacy")]
+# Every branch on the v1 trainer, in the paper's loss except inject_answer, which trains its injected answer
+# with the SFT control (edge_gec.injected_loss=sft; masked on v1 and both on the legacy trainer are in
+# test_gec_controls_on_cpu.py, whose legacy regeneration also runs these checks).
+RUNS = {"regenerate": (), "inject_answer": ("+algorithm.edge_gec.injected_loss=sft",), "replace_solution": ()}
 
 
-@pytest.mark.parametrize("branch, trainer", RUNS)
-def test_forced_branch_trains_the_corrected_responses(run_cpu_demo, trainer, branch):
+@pytest.mark.parametrize("branch", list(RUNS))
+def test_forced_branch_trains_the_corrected_responses(run_cpu_demo, branch):
     validate = branch == "regenerate"
-    out, rows = run_cpu_demo(
-        f"gec_{branch}_{trainer}", overrides=forced_branch_overrides(branch, validate), algorithm="edge", trainer=trainer, steps=1
-    )
-    check_forced_branch_run(out, rows[-1], branch, validate)
+    forced = forced_branch_overrides(branch, validate)
+    out, rows = run_cpu_demo(f"gec_{branch}_v1", overrides=lambda out: [*forced(out), *RUNS[branch]], algorithm="edge", trainer="v1", steps=1)
+    metrics = rows[-1]
+    check_forced_branch_run(out, metrics, branch, validate)
+    check_origin_metrics(metrics)
+    injected = {"regenerate": "phrase", "inject_answer": "answer", "replace_solution": "solution"}[branch]
+    assert metrics[f"actor/gec/{injected}/token_share"] > 0
+    if RUNS[branch]:  # the SFT control: the NLL term, and no surrogate gradient through the answer
+        assert metrics["actor/gec/sft_nll"] > 0 and metrics.get("actor/gec/answer/grad_share", 0.0) == 0.0
+    else:  # the paper's loss: the injected tokens are trained through the surrogate (when there is a gradient)
+        assert "actor/gec/sft_nll" not in metrics
+        assert (metrics.get(f"actor/gec/{injected}/grad_share", 0.0) > 0) == has_gradient(metrics)
 
 
 def test_a_response_truncated_at_its_cap_is_regenerated_with_the_full_continuation(run_cpu_demo):

@@ -186,6 +186,10 @@ def test_step_metrics_equal_slow_references(estimator):
             "entropy_ratio_max": float(result.entropy_ratio[real].max()),
             "response_entropy_mean": float(result.response_entropy[real].mean()),
         }
+        for name, values in (("abs_adv", after[valid].abs()), ("entropy_ratio", result.entropy_ratio[real])):
+            for label, q in (("p1", 0.01), ("p50", 0.5), ("p99", 0.99)):  # torch's quantile: linear, as numpy's
+                expected[f"{name}_{label}"] = float(torch.quantile(values.double(), q))
+        assert expected["abs_adv_p1"] <= expected["abs_adv_p50"] <= expected["abs_adv_p99"] <= expected["max_abs_adv"]
     else:
         result = compute_gepo_advantages(
             scores, data.batch["old_log_probs"], mask, group_index, num_groups, valid, GepoThresholds(gamma=0.01)

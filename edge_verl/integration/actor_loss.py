@@ -1,0 +1,275 @@
+"""The plugin's hook in verl's actor loss (``verl.workers.utils.losses``): EDA's gradient form and GEC's
+injected tokens.
+
+In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
+``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
+columns the batch carries (written at the advantage step by the plugin), so any other batch goes through
+verl's loss untouched:
+
+EDA with gradient through entropy (``algorithm.edge_eda.entropy_gradient=True``): the ``edge_eda``
+estimator writes two per-token columns next to the advantages (``names.EDA_GROUP_ENTROPY_COLUMN``: the
+detached normaliser, the old policy's group mean entropy; ``names.EDA_RATIO_COLUMN``: the old P_hat) and,
+batch-level, its guard options (``names.EDA_OPTIONS_KEY``). Per micro-batch: P_i(theta) = masked mean of
+the current entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``) over the
+response; s_i = P_hat_i^old / P_hat_i(theta) (``edge_verl.algorithms.eda.entropy_gradient_scale``); verl's
+own policy loss (whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then
+receives the advantages times s_i, i.e. A_i / P_hat_i(theta), the reference's form. s_i = 1 in value at
+the old policy, so the first mini-batch's loss value equals the detached form's; only the gradient differs.
+Diagnostics: ``actor/edge_eda/entropy_grad_share`` (of the loss gradient with respect to the policy's
+outputs, the share that reaches them through the entropy, ``|dL/dH| / (|dL/dlogp| + |dL/dH|)``, norms over
+the micro-batch's response tokens: a cheap proxy for the share in parameter space, one ``autograd.grad``
+over the loss's elementwise ops, no second backward through the model) and ``actor/edge_eda/loss_scale_mean``
+(mean s over scaled rows: 1 at the first mini-batch, drifting in later mini-batches or epochs).
+
+GEC (``algorithm.edge_gec.enable=True``): the trainer adapter writes each response token's origin
+(``names.GEC_ORIGIN_COLUMN``, ``edge_verl.algorithms.gec.ORIGINS``) and, batch-level, how the loss treats
+GEC's injected tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft,
+``sft_coef``, and ``injected_share``, the step's injected tokens over its response tokens, which turns the
+mini-batch's token count into its injected-token count for the SFT term's token mean). The surrogate then
+receives the advantages and log-probs of ``edge_verl.algorithms.gec_loss.treat_injected``, the SFT term is
+added to verl's loss, and the per-origin sums (``gec_loss.origin_sums``) go into the metrics under
+``actor/gec/<origin>/...``; the trainer adapters turn them into shares and means once verl has reduced
+them (``gec_loss.finish_origin_metrics``).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from edge_verl.algorithms import gec_loss
+from edge_verl.algorithms.eda import entropy_gradient_scale
+from edge_verl.algorithms.group_stats import masked_response_mean
+from edge_verl.integration import names
+from edge_verl.integration.internals import CORE
+
+# The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
+# when imported before ``losses`` finished (each has its entry in ``internals.CORE``).
+_PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses")
+
+
+@dataclass
+class _LossScale:
+    """EDA's factor for the policy loss of one micro-batch, and the tensors its diagnostic needs."""
+
+    scale: torch.Tensor  # (B, T) s_i on each row's tokens
+    entropy: torch.Tensor  # (B, T) the current entropy the scale was computed from (with gradient)
+    active: torch.Tensor  # (B,) rows whose advantage follows the entropy
+    metrics: dict[str, float]
+
+
+@dataclass
+class _GecTokens:
+    """GEC's per-token origins in one micro-batch and how the loss treats the injected ones."""
+
+    origins: torch.Tensor  # (B, T) int64 codes of gec.ORIGINS
+    injected_loss: str
+    sft_coef: float
+    injected_share: float  # the step's injected tokens / its response tokens
+    sums: dict[str, float] = field(default_factory=dict)  # gec_loss.origin_sums (+ the SFT term's NLL sum)
+    sft_term: Optional[torch.Tensor] = None  # added to verl's loss after the surrogate
+
+
+@dataclass
+class _MicroBatch:
+    """What the hook set up for one micro-batch: EDA's scale, GEC's tokens, or both."""
+
+    eda: Optional[_LossScale] = None
+    gec: Optional[_GecTokens] = None
+
+
+_CURRENT: ContextVar[Optional[_MicroBatch]] = ContextVar("edge_verl_actor_loss", default=None)
+
+
+def is_active(data: Any) -> bool:
+    """The micro-batch asks the hook for something: EDA's gradient form or GEC's token treatment."""
+    keys = data.keys()
+    return names.EDA_GROUP_ENTROPY_COLUMN in keys or names.GEC_ORIGIN_COLUMN in keys
+
+
+def loss_scale(entropy: torch.Tensor, columns: dict[str, torch.Tensor], options: dict) -> _LossScale:
+    """s (B, T) from the current padded entropy (B, T), the estimator's padded columns (same shape) and its
+    guard options (``names.EDA_OPTIONS_KEY``: entropy_epsilon, ratio_clamp)."""
+    mask = columns["response_mask"].to(torch.bool)
+    group_entropy = masked_response_mean(columns[names.EDA_GROUP_ENTROPY_COLUMN].to(torch.float32), mask)
+    old_ratio = masked_response_mean(columns[names.EDA_RATIO_COLUMN].to(torch.float32), mask)
+    response_entropy = masked_response_mean(entropy.to(torch.float32), mask)
+    epsilon = float(options["entropy_epsilon"])
+    clamp = options.get("ratio_clamp")
+    scale = entropy_gradient_scale(
+        response_entropy,
+        group_entropy,
+        old_ratio,
+        entropy_epsilon=epsilon,
+        ratio_clamp=(float(clamp[0]), float(clamp[1])) if clamp is not None else None,
+    )
+    return _LossScale(scale[:, None] * mask.to(scale.dtype), entropy, group_entropy > epsilon, {})
+
+
+def _options(data: Any, key: str, column: str, writer: str) -> dict:
+    from verl.utils import tensordict_utils as tu
+
+    options = tu.get_non_tensor_data(data=data, key=key, default=None)
+    if options is None:
+        raise RuntimeError(
+            f"The batch carries {column} but not {key}: {writer} writes both; was the batch built by another "
+            "version of edge_verl?"
+        )
+    return dict(options)
+
+
+def _eda_scale(model_output: Any, data: Any) -> _LossScale:
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    entropy = model_output.get("entropy", None)
+    if entropy is None:
+        raise RuntimeError(
+            "algorithm.edge_eda.entropy_gradient=True needs the current policy's entropy in the actor loss: "
+            "set actor_rollout_ref.actor.calculate_entropy=True."
+        )
+    entropy = no_padding_2_padding(entropy, data)
+    columns = data.select("response_mask", names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN).to_padded_tensor()
+    options = _options(data, names.EDA_OPTIONS_KEY, names.EDA_GROUP_ENTROPY_COLUMN, "the edge_eda estimator")
+    return loss_scale(entropy, dict(columns.items()), options)
+
+
+def _gec_tokens(data: Any) -> _GecTokens:
+    columns = data.select(names.GEC_ORIGIN_COLUMN).to_padded_tensor()
+    options = _options(data, names.GEC_LOSS_OPTIONS_KEY, names.GEC_ORIGIN_COLUMN, "the plugin's GEC advantage step")
+    return _GecTokens(
+        origins=columns[names.GEC_ORIGIN_COLUMN].round().to(torch.int64),
+        injected_loss=str(options["injected_loss"]),
+        sft_coef=float(options["sft_coef"]),
+        injected_share=float(options["injected_share"]),
+    )
+
+
+def _make_ppo_loss(original: Callable) -> Callable:
+    def ppo_loss(config, model_output, data, dp_group=None):
+        if not is_active(data):
+            return original(config, model_output, data, dp_group)
+        from verl.utils.metric import AggregationType, Metric
+
+        keys = data.keys()
+        state = _MicroBatch(
+            eda=_eda_scale(model_output, data) if names.EDA_GROUP_ENTROPY_COLUMN in keys else None,
+            gec=_gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None,
+        )
+        token = _CURRENT.set(state)
+        try:
+            loss, metrics = original(config, model_output, data, dp_group)
+        finally:
+            _CURRENT.reset(token)
+        if state.eda is not None:
+            for key, value in state.eda.metrics.items():
+                metrics[f"{names.EDA_ESTIMATOR}/{key}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+        if state.gec is not None:
+            if state.gec.sft_term is not None:
+                loss = loss + state.gec.sft_term
+            scope = names.GEC_ACTOR_SCOPE.split("/", 1)[1]  # verl prefixes the actor's metrics with "actor/"
+            for key, value in state.gec.sums.items():
+                aggregation = AggregationType.MAX if key.endswith(gec_loss.RAW_MAX) else AggregationType.MEAN
+                metrics[f"{scope}/{key}"] = Metric(value=value, aggregation=aggregation)
+        return loss, metrics
+
+    return ppo_loss
+
+
+def gradients(loss: torch.Tensor, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]) -> Optional[tuple]:
+    """(dL/dlogp, dL/dH) over the loss's elementwise ops (``retain_graph``: verl's backward follows); None
+    without a graph (no_grad, or a loss that does not depend on the policy). A missing path gives None."""
+    inputs = [tensor for tensor in (log_prob, entropy) if tensor is not None and tensor.requires_grad]
+    if not (torch.is_grad_enabled() and loss.requires_grad and inputs):
+        return None
+    grads = iter(torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))
+    return tuple(next(grads) if tensor is not None and tensor.requires_grad else None for tensor in (log_prob, entropy))
+
+
+def gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: Optional[torch.Tensor]) -> float:
+    """|dL/dH| / (|dL/dlogp| + |dL/dH|) over the micro-batch (see module docstring)."""
+    through_entropy = float(grad_entropy.norm()) if grad_entropy is not None else 0.0
+    through_log_prob = float(grad_log_prob.norm()) if grad_log_prob is not None else 0.0
+    total = through_log_prob + through_entropy
+    return through_entropy / total if total > 0 else 0.0
+
+
+def _clip_range(config: Any) -> tuple[float, float]:
+    """verl's PPO clip range (``compute_policy_loss_vanilla``): clip_ratio_low / _high, else clip_ratio."""
+    clip = config.clip_ratio
+    low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
+    return float(clip if low is None else low), float(clip if high is None else high)
+
+
+def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor, config: Any) -> torch.Tensor:
+    """sft_coef x the token-mean NLL of the injected tokens, normalised like verl's token-mean loss: the
+    mini-batch's (global) token count times the step's injected share (exact with one mini-batch)."""
+    info = getattr(config, "global_batch_info", {}) or {}
+    batch_tokens = info.get("batch_num_tokens")
+    num_tokens = None if batch_tokens is None else float(batch_tokens) * tokens.injected_share
+    nll = gec_loss.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
+    return tokens.sft_coef * nll
+
+
+def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch) -> Callable:
+    @functools.wraps(policy_loss_fn)
+    def policy_loss(*args, **kwargs):
+        if args or "advantages" not in kwargs:
+            raise RuntimeError("edge_verl's loss hook expects verl's ppo_loss to call the policy loss with keywords")
+        advantages, log_prob = kwargs["advantages"], kwargs["log_prob"]
+        eda, gec = state.eda, state.gec
+        if eda is not None:
+            if advantages.shape != eda.scale.shape:
+                raise RuntimeError(f"advantages {tuple(advantages.shape)} and EDA's scale {tuple(eda.scale.shape)} differ")
+            advantages = advantages * eda.scale.to(advantages.dtype)
+        injected = None
+        if gec is not None:
+            if gec.origins.shape != advantages.shape:
+                raise RuntimeError(f"advantages {tuple(advantages.shape)} and GEC's origins {tuple(gec.origins.shape)} differ")
+            injected = gec_loss.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
+            kwargs["log_prob"], advantages = gec_loss.treat_injected(log_prob, advantages, injected, gec.injected_loss)
+        kwargs["advantages"] = advantages
+        loss, metrics = policy_loss_fn(**kwargs)
+        grads = gradients(loss, log_prob, eda.entropy if eda is not None else None)
+        if eda is not None:
+            if grads is not None:
+                eda.metrics["entropy_grad_share"] = gradient_share(*grads)
+            active = eda.active
+            eda.metrics["loss_scale_mean"] = float(eda.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
+        if gec is not None:
+            low, high = _clip_range(kwargs["config"])
+            grad = None if grads is None else grads[0] if grads[0] is not None else torch.zeros_like(log_prob)
+            gec.sums = gec_loss.origin_sums(
+                gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, low, high, grad
+            )
+            if gec.injected_loss == "sft":
+                gec.sft_term = _sft_term(gec, log_prob, injected, kwargs["config"])
+                gec.sums[gec_loss.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
+        return loss, metrics
+
+    return policy_loss
+
+
+def _make_get_policy_loss_fn(original: Callable) -> Callable:
+    def get_policy_loss_fn(name, *args, **kwargs):
+        # verl's own function, except inside a micro-batch the hook set up (EDA's scale, GEC's tokens)
+        policy_loss_fn = original(name, *args, **kwargs)
+        state = _CURRENT.get()
+        return policy_loss_fn if state is None else _make_policy_loss(policy_loss_fn, state)
+
+    return get_policy_loss_fn
+
+
+def patch_losses(module: Any) -> None:
+    """Wrap ``ppo_loss`` and the policy-loss lookup it uses; rebind importers that already hold the original."""
+    original = getattr(module.ppo_loss, "__wrapped__", module.ppo_loss)
+    CORE.wrap(module, "ppo_loss", _make_ppo_loss)
+    CORE.wrap(module, "get_policy_loss_fn", _make_get_policy_loss_fn)
+    for name in _PPO_LOSS_IMPORTERS:
+        importer = sys.modules.get(name)
+        if importer is not None and getattr(importer, "ppo_loss", None) is original:
+            CORE.wrap(importer, "ppo_loss", _make_ppo_loss)
