@@ -1,7 +1,8 @@
 """Guided Error Correction decisions (EDGE-GRPO, arXiv 2507.21848, Sec. 3.3). Pure Python, no verl.
 
-Which responses are corrected and how. Everything here is a decision on booleans and strings; the verl
-agent loop (``edge_verl.integration.gec_agent_loop``) carries the decisions out on tokens.
+Which responses are corrected and how. Everything here is a decision on booleans, strings and token ids;
+the verl agent loop (``edge_verl.integration.gec_agent_loop``) grades, generates and carries the decisions
+out on tokens.
 
 Differs from plain GRPO rollouts: every incorrect response (or, optionally, only those of all-wrong
 groups) is, independently,
@@ -12,6 +13,16 @@ groups) is, independently,
 - replaced by the reference solution (p = 0.25).
 Randomness is an explicit ``random.Random`` seeded from (seed, uid, sample index), so a decision does not
 depend on the order in which asynchronous rollouts finish.
+
+The reviewers' controls decided here (the loop carries them out):
+- ``first_attempt=drop``: the regenerate and inject_answer branches start from an empty body instead of
+  the first sample's; injected spans then start at 0 (``token_origins`` reads them unchanged).
+- ``answer_source=placebo``: the answer and solution come from ANOTHER training problem. ``placebo_rng``
+  (a stream distinct from ``decision_rng``, so the branch drawn is the gold run's) orders the pool of
+  ``PlaceboProblem``s and ``placebo_candidates`` picks, without replacement, at most
+  ``PLACEBO_CANDIDATES`` of them whose answer is not this row's gold as text; the loop accepts the first
+  that its reward function grades wrong against this row's gold, or leaves the response as sampled with
+  reason ``NO_PLACEBO``.
 
 What the loop did to each response travels to the trainer as a ``CorrectionRecord`` turned into a plain
 dict (``to_dict``: verl's extra_fields cross Ray and the TransferQueue, so they hold builtins only) and is
@@ -27,7 +38,7 @@ import hashlib
 import random
 import weakref
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
 
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
@@ -40,7 +51,6 @@ ANSWER_TEMPLATE = "\nWait! Something is wrong here. After verification, the corr
 
 # A drawn correction that cannot fit in rollout.response_length (the agent loop leaves the response as sampled).
 DOES_NOT_FIT = "does_not_fit"
-# Every CorrectionRecord.reason: decide_correction's verdicts, then the agent loop's DOES_NOT_FIT.
 # answer_source=placebo: no other training problem's answer grades wrong against this row's gold.
 NO_PLACEBO = "no_placebo"
 # Every CorrectionRecord.reason: decide_correction's verdicts, then the agent loop's DOES_NOT_FIT / NO_PLACEBO.
@@ -64,10 +74,20 @@ class Decision:
     fallback: bool = False
 
 
+def _keyed_rng(key: str) -> random.Random:
+    digest = hashlib.sha256(key.encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little"))
+
+
 def decision_rng(seed: int, uid: str, sample_index: int) -> random.Random:
     """A random source private to one response, stable across runs and rollout orderings."""
-    digest = hashlib.sha256(f"{seed}:{uid}:{sample_index}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "little"))
+    return _keyed_rng(f"{seed}:{uid}:{sample_index}")
+
+
+def placebo_rng(seed: int, uid: str, sample_index: int) -> random.Random:
+    """The response's random source for drawing a placebo problem: the same key as ``decision_rng`` under
+    a salt, so drawing placebos consumes nothing of the decision's stream (same seed -> same branches)."""
+    return _keyed_rng(f"placebo:{seed}:{uid}:{sample_index}")
 
 
 def draw_branch(rng: random.Random, probabilities: Sequence[float]) -> str:
@@ -130,22 +150,25 @@ class CorrectionRecord:
     fallback: the draw was replace_solution but the row had no reference solution (``missing_solution``).
     original_correct: the first sample's reward was above ``correct_threshold``.
     original_score: the first sample's reward (what the policy's own response earned, before correction).
-    original_length: tokens of the first sample, its EOS included.
+    original_length: tokens of the first sample, its end tokens included.
     injected_start, injected_end: the span [start, end) of the FINAL response's tokens that were not
         sampled from the policy (the phrase; the answer text + EOS; the whole solution + EOS); (0, 0)
-        when nothing was injected.
+        when nothing was injected. Tokens before it are the first sample's (none with first_attempt=drop
+        or replace_solution: start 0), tokens after a phrase the regeneration's continuation.
     all_wrong_group: no response of the group was originally correct (scope every_incorrect: the group
         is the response alone, so this is ``not original_correct``).
     prompt_length: tokens of the prompt.
     sample_seconds: the first sample (the rollout server's call).
-    correction_seconds: carrying a drawn correction out (the regeneration's server call; edits take ~0);
-        0 when none was drawn.
+    correction_seconds: carrying a drawn correction out (the regeneration's server call, a placebo's
+        grading; edits take ~0); 0 when none was drawn.
     continuation_tokens: tokens the regeneration's continuation returned after the phrase.
     continuation_budget: the continuation's max_tokens: ``continuation_requested`` cut to the room left
         in response_length.
     continuation_requested: the configured ``edge_gec.continuation_tokens``.
     The three continuation_* fields are set exactly when branch is "regenerate" (None: not a regeneration);
     ``to_dict`` writes them either way, so every key is always present.
+    placebo_index: answer_source=placebo, an inject_answer or replace_solution applied: the
+        ``PlaceboProblem.row`` whose answer (and solution) was injected; None otherwise (written either way).
     """
 
     branch: Optional[str]
@@ -163,6 +186,7 @@ class CorrectionRecord:
     continuation_tokens: Optional[int] = None
     continuation_budget: Optional[int] = None
     continuation_requested: Optional[int] = None
+    placebo_index: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.branch is not None and self.branch not in BRANCHES:
@@ -196,6 +220,12 @@ class CorrectionRecord:
                 f"CorrectionRecord: continuation_(tokens, budget, requested)={continuation} of a regeneration "
                 "needs 0 <= tokens <= budget <= requested."
             )
+        lends = self.branch in (INJECT_ANSWER, REPLACE_SOLUTION)
+        if self.placebo_index is not None and (not lends or self.placebo_index < 0):
+            raise ValueError(
+                f"CorrectionRecord: placebo_index={self.placebo_index!r} on branch {self.branch!r}; a placebo row "
+                f"(>= 0) is lent only to {INJECT_ANSWER!r} and {REPLACE_SOLUTION!r} (None otherwise)."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name, as plain builtins (for verl's extra_fields)."""
@@ -220,12 +250,81 @@ def injected_answer_text(answer: str, template: str = ANSWER_TEMPLATE) -> str:
     return template.replace("{answer}", answer)
 
 
+def strip_end_tokens(token_ids: Sequence[int], end_ids: Collection[int]) -> list[int]:
+    """``token_ids`` without its trailing end tokens: every trailing id in ``end_ids``, repeatedly.
+
+    A chat model's sample may end in any of its end tokens, even several (Qwen2.5: ``<|im_end|>``,
+    ``<|endoftext|>``); text appended after one would follow an end of turn. The reference code decoded
+    with skip_special_tokens, which drops them all.
+    """
+    end = len(token_ids)
+    while end and token_ids[end - 1] in end_ids:
+        end -= 1
+    return list(token_ids[:end])
+
+
+# answer_source=placebo: how many candidate problems one response grades at most before giving up (NO_PLACEBO).
+PLACEBO_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class PlaceboProblem:
+    """A training problem that may lend its answer and solution to another's response (answer_source=placebo).
+
+    row: its position in the training files read in order (the first file's rows, then the next's);
+    answer: its answer text; solution: its reference solution ("" when it has none);
+    answer_key: ``answer`` normalised, compared with the normalised gold answers of the borrowing row.
+    """
+
+    row: int
+    answer: str
+    solution: str
+    answer_key: str
+
+
+def shuffled_indices(rng: random.Random, count: int) -> Iterator[int]:
+    """0 .. count-1 in a uniformly random order, drawn lazily: a Fisher-Yates shuffle that stores only the
+    positions it swapped, so taking the first k costs O(k) whatever ``count`` is."""
+    moved: dict[int, int] = {}
+    for position in range(count):
+        pick = rng.randrange(position, count)
+        yield moved.get(pick, pick)
+        moved[pick] = moved.get(position, position)
+
+
+def placebo_candidates(
+    pool: Sequence[PlaceboProblem],
+    gold_keys: Collection[str],
+    rng: random.Random,
+    *,
+    need_solution: bool,
+    limit: int = PLACEBO_CANDIDATES,
+) -> list[int]:
+    """Up to ``limit`` indices into ``pool``, in ``rng``'s order without replacement: the problems to grade, in
+    turn, as the placebo of a response whose gold answers normalise to ``gold_keys``.
+
+    Skipped without counting towards ``limit``: a problem whose ``answer_key`` is one of ``gold_keys`` (the
+    row itself, or another with the same answer: no placebo) and, with ``need_solution`` (replace_solution),
+    one without a reference solution. The grading that decides is the loop's.
+    """
+    chosen: list[int] = []
+    for index in shuffled_indices(rng, len(pool)):
+        if len(chosen) == limit:
+            break
+        problem = pool[index]
+        if problem.answer_key in gold_keys or (need_solution and not problem.solution):
+            continue
+        chosen.append(index)
+    return chosen
+
+
 def token_origins(records: Sequence[Optional["CorrectionRecord"]], length: int):
     """(B, T) int64 origin code (``ORIGINS``) of every token position of B final responses padded to T.
 
     A record's injected span [start, end) is the phrase (regenerate), the answer text + EOS (inject_answer)
-    or the solution + EOS (replace_solution); tokens before it are the first sample's own, tokens after a
-    regeneration's phrase its continuation. None (a row GEC did not run on) and uncorrected responses are
+    or the solution + EOS (replace_solution); tokens before it are the first sample's own (none when the
+    span starts at 0: first_attempt=drop, replace_solution), tokens after a regeneration's phrase its
+    continuation. None (a row GEC did not run on) and uncorrected responses are
     sampled throughout. Positions past a response's end get a code too: callers mask them.
     """
     import torch
@@ -265,7 +364,8 @@ def summarize_corrections(
     """Per-step GEC metrics from the agent loop's per-response records.
 
     Counts per step: gec/responses, gec/corrected[_<branch>], gec/fallbacks, gec/not_fitting,
-    gec/prompt_too_long (left uncorrected by the prompt-length gate), gec/regenerate_became_correct,
+    gec/prompt_too_long (left uncorrected by the prompt-length gate), gec/no_placebo (answer_source=placebo:
+    left as sampled, no other problem's answer graded wrong), gec/regenerate_became_correct,
     gec/all_wrong_groups, gec/groups_rescued, gec/continuation_cut (regenerations whose continuation room was
     below the configured budget); gec/continuation_tokens_{mean,min,max} over the step's regenerations;
     gec/correction_time_share: of the loop's time in the rollout server (first samples + corrections, summed
@@ -293,6 +393,7 @@ def summarize_corrections(
     metrics["gec/fallbacks"] = float(sum(bool(record.fallback) for record in records.values()))
     metrics["gec/not_fitting"] = float(sum(record.reason == DOES_NOT_FIT for record in records.values()))
     metrics["gec/prompt_too_long"] = float(sum(record.reason == "prompt_too_long" for record in records.values()))
+    metrics["gec/no_placebo"] = float(sum(record.reason == NO_PLACEBO for record in records.values()))
     regenerated = {i: record for i, record in records.items() if record.branch == REGENERATE}
     metrics["gec/regenerate_became_correct"] = float(sum(bool(final_correct[i]) for i in regenerated))
     if regenerated:  # how long the continuations were, and how many got less than their budget's room

@@ -9,10 +9,32 @@ tokens with ``reward_score`` unset, so verl's reward loop scores the final respo
 Rows opt in through an ``agent_name`` column ("edge_gec") in the TRAINING data; validation rows carry
 none and use verl's default loop, so validation is never corrected.
 
-Token layout of a corrected response (all of it is trained, response_mask = 1; "injected" = not sampled):
-- regenerate:       sampled[:-EOS] + phrase + continuation (sampled again, ends in EOS unless cut)
-- inject_answer:    sampled[:-EOS] + answer text + EOS
+Token layout of a corrected response (all of it is trained, response_mask = 1; "injected" = not sampled;
+"body" = the first sample without its trailing end tokens):
+- regenerate:       body + phrase + continuation (sampled from prompt + body + phrase; ends in EOS unless cut)
+- inject_answer:    body + answer text + EOS
 - replace_solution: reference solution + EOS
+With ``edge_gec.first_attempt=drop`` the body is empty: the continuation is sampled from prompt + phrase,
+and the injected span starts at 0. The body is cut, never the injected text, so that every layout stays
+within rollout.response_length.
+
+End tokens: a chat model's sample may end in any of its end tokens (Qwen2.5: <|im_end|> and
+<|endoftext|>). The body drops every trailing id of verl's EOS set (``eos_token_ids``: the tokenizer's
+eos_token_id and the model's generation-config eos_token_id, read as verl's HFModelConfig reads them) and
+every trailing special token, as the reference's decoding with skip_special_tokens did. The EOS this loop
+appends is ONE id: the tokenizer's eos_token_id (the first of the set; the generation config's first
+only for a tokenizer without one).
+
+Answers (``edge_gec.answer_source``): "gold" injects the row's own answer (``extra_info.answer``, else the
+ground truth) and reference solution (``extra_info.solution``). "placebo" injects another training
+problem's: the run's setup reads the problems of ``data.train_files`` into a pool (``read_placebo_pool``),
+and per response ``algorithms.gec.placebo_candidates`` orders at most PLACEBO_CANDIDATES of them (seeded,
+without replacement, none with this row's answer); the first whose injected answer text (and, for
+replace_solution, whose solution) the run's reward function grades wrong against THIS row's ground truth
+is used, and recorded as ``placebo_index``. If none does, the response stays as sampled (reason
+"no_placebo"). The branch drawn is the gold run's (the placebo draw has its own random stream); a
+regeneration injects no answer and is the same under both sources.
+
 Injected tokens (phrase, answer text, solution) have no rollout log-probs. This loop therefore requires
 ``actor_rollout_ref.rollout.calculate_log_probs=False`` (VERL.md's first option): rollout-correction
 IS/RS then never sees made-up log-probs. Which tokens were injected travels in
@@ -29,8 +51,8 @@ import asyncio
 import functools
 import inspect
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Optional
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
@@ -39,17 +61,24 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 from edge_verl.algorithms.gec import (
     DOES_NOT_FIT,
     INJECT_ANSWER,
+    NO_PLACEBO,
     REGENERATE,
     REPLACE_SOLUTION,
     CorrectionRecord,
+    PlaceboProblem,
     decide_correction,
     decision_rng,
     group_rendezvous,
     injected_answer_text,
+    placebo_candidates,
+    placebo_rng,
+    strip_end_tokens,
 )
 from edge_verl.config import GecConfig
 from edge_verl.integration.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
-from edge_verl.integration.preflight import check_budget, check_gec_supported
+from edge_verl.integration.preflight import check_budget, check_gec_supported, read_placebo_pool
+from edge_verl.reward.normalize import normalise_answer
+from edge_verl.reward.score import gold_answers
 
 
 def sample_index(kwargs: dict) -> int:
@@ -68,26 +97,65 @@ def sample_index(kwargs: dict) -> int:
     )
 
 
+def _token_ids(value: Any) -> list[int]:
+    """An ``eos_token_id`` setting (None, an int, or a list of ints) as a list."""
+    if value is None:
+        return []
+    return [int(token) for token in value] if isinstance(value, Iterable) else [int(value)]
+
+
+def eos_token_ids(tokenizer: Any, model_config: Any) -> tuple[int, ...]:
+    """The model's end-of-sequence ids as verl's rollout knows them, the tokenizer's first.
+
+    verl's HFModelConfig keeps the tokenizer's ``eos_token_id`` (it overrides the HF config's with it) and
+    the model's generation config, loaded with ``verl.utils.model.get_generation_config`` from the model's
+    local config folder; the rollout engines also stop on the generation config's ``eos_token_id`` (an
+    int or a list: Qwen2.5's lists <|endoftext|> and <|im_end|>). ``model_config`` is
+    ``actor_rollout_ref.model``; without a path (a unit test's config) the tokenizer's id stands alone.
+    """
+    ids = _token_ids(tokenizer.eos_token_id)
+    path = model_config.get("hf_config_path", None) or model_config.get("path", None)
+    if path:
+        from verl.utils.fs import copy_to_local
+        from verl.utils.model import get_generation_config
+
+        generation = get_generation_config(
+            copy_to_local(str(path)), trust_remote_code=bool(model_config.get("trust_remote_code", False))
+        )
+        if generation is not None:
+            ids += [token for token in _token_ids(generation.eos_token_id) if token not in ids]
+    if not ids:
+        raise ValueError(
+            f"edge_gec: no end-of-sequence id for the model at {path!r}: neither its tokenizer nor its generation "
+            "config sets eos_token_id, and GEC ends an injected answer or solution with one."
+        )
+    return tuple(ids)
+
+
 @dataclass(frozen=True)
 class _Correction:
-    """A correction carried out: the final response tokens, the [start, end) span of its injected tokens
-    and, for a regeneration, the continuation's length and the max_tokens it was given."""
+    """A correction carried out: the final response tokens, the [start, end) span of its injected tokens,
+    for a regeneration the continuation's length and the max_tokens it was given, and the placebo's row."""
 
     response_ids: list[int]
     injected_start: int
     injected_end: int
     continuation_tokens: Optional[int] = None
     continuation_budget: Optional[int] = None
+    placebo_index: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class _RunSetup:
-    """Per-run work done once per agent-loop worker process: options, reward function, EOS ids."""
+    """Per-run work done once per agent-loop worker process: options, reward function, end tokens (verl's
+    EOS ids in order, the ids stripped from a first sample's end) and the placebo pool (empty for gold)."""
 
     config: Any
     gec: GecConfig
     reward_fn: Callable
-    eos_ids: frozenset[int]
+    eos_ids: tuple[int, ...]
+    end_ids: frozenset[int]
+    placebo_pool: tuple[PlaceboProblem, ...]
 
 
 @register(GEC_AGENT_LOOP)
@@ -108,7 +176,9 @@ class GecAgentLoop(SingleTurnAgentLoop):
         self.gec = setup.gec
         self.reward_fn = setup.reward_fn
         self.eos_ids = setup.eos_ids
-        self.eos_id = min(setup.eos_ids)
+        self.eos_id = setup.eos_ids[0]  # the tokenizer's eos: what an injected answer or solution ends with
+        self.end_ids = setup.end_ids
+        self.placebo_pool = setup.placebo_pool
 
     def _make_setup(self) -> _RunSetup:
         gec = check_gec_supported(self.config)
@@ -122,17 +192,24 @@ class GecAgentLoop(SingleTurnAgentLoop):
         reward_fn = get_custom_reward_fn(self.config)
         if reward_fn is None:
             raise ValueError("edge_gec grades responses with reward.custom_reward_function; set its path and name.")
-        eos = self.tokenizer.eos_token_id
         check_budget(gec, int(self.response_length), len(self._encode(gec.reflection_phrase)))
-        return _RunSetup(self.config, gec, reward_fn, frozenset(eos if isinstance(eos, (list, tuple)) else [eos]))
+        eos_ids = eos_token_ids(self.tokenizer, self.config.actor_rollout_ref.get("model", None) or {})
+        end_ids = frozenset(eos_ids) | frozenset(self.tokenizer.all_special_ids)
+        pool = read_placebo_pool(self.config.data.get("train_files", None)) if gec.answer_source == "placebo" else ()
+        return _RunSetup(self.config, gec, reward_fn, eos_ids, end_ids, pool)
 
     async def _grade(self, response_ids: list[int], kwargs: dict) -> float:
-        """The run's reward for ``response_ids`` (a sync reward function runs in an executor thread)."""
+        """The run's reward for ``response_ids``, decoded as verl's reward loop decodes them."""
+        return await self._grade_text(self.tokenizer.decode(response_ids, skip_special_tokens=True), kwargs)
+
+    async def _grade_text(self, text: str, kwargs: dict) -> float:
+        """The run's reward for ``text`` as a response to this row (a sync reward function runs in an
+        executor thread)."""
         reward_model = kwargs.get("reward_model") or {}
         call = functools.partial(
             self.reward_fn,
             data_source=kwargs.get("data_source"),
-            solution_str=self.tokenizer.decode(response_ids, skip_special_tokens=True),
+            solution_str=text,
             ground_truth=reward_model.get("ground_truth"),
             extra_info=kwargs.get("extra_info"),
         )
@@ -178,10 +255,12 @@ class GecAgentLoop(SingleTurnAgentLoop):
         branch, reason, correction_seconds, correction = decision.branch, decision.reason, 0.0, None
         if decision.branch is not None:
             started = time.perf_counter()
-            correction = await self._apply(decision.branch, output, sampling_params, answer, solution)
+            correction, reason = await self._carry_out(
+                decision.branch, output, sampling_params, answer, solution, uid, index, kwargs
+            )
             correction_seconds = time.perf_counter() - started
             if correction is None:
-                branch, reason = None, DOES_NOT_FIT
+                branch = None
             else:
                 output.response_ids = correction.response_ids
                 output.response_mask = [1] * len(correction.response_ids)
@@ -203,10 +282,51 @@ class GecAgentLoop(SingleTurnAgentLoop):
             continuation_tokens=kept.continuation_tokens,
             continuation_budget=kept.continuation_budget,
             continuation_requested=self.gec.continuation_tokens if branch == REGENERATE else None,
+            placebo_index=kept.placebo_index,
         )
         output.reward_score = None  # verl's reward loop scores the final response
         output.extra_fields[GEC_INFO_KEY] = record.to_dict()
         return output
+
+    async def _carry_out(
+        self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str,
+        uid: str, index: int, kwargs: dict,
+    ) -> tuple[Optional[_Correction], str]:
+        """The drawn correction carried out and its reason: "corrected", or (None, NO_PLACEBO / DOES_NOT_FIT)."""
+        lent = None
+        if self.gec.answer_source == "placebo" and branch != REGENERATE:  # a regeneration injects no answer
+            lent = await self._placebo(branch, answer, uid, index, kwargs)
+            if lent is None:
+                return None, NO_PLACEBO
+            answer, solution = lent.answer, lent.solution
+        correction = await self._apply(branch, output, sampling_params, answer, solution)
+        if correction is None:
+            return None, DOES_NOT_FIT
+        return replace(correction, placebo_index=None if lent is None else lent.row), "corrected"
+
+    async def _placebo(self, branch: str, answer: str, uid: str, index: int, kwargs: dict) -> Optional[PlaceboProblem]:
+        """The first of this response's placebo candidates (``placebo_candidates``) whose injected answer
+        text, and for replace_solution whose solution too, the run's reward grades wrong against this row's
+        ground truth; None when none of them does."""
+        ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
+        gold_keys = {normalise_answer(text) for text in (answer, *gold_answers(ground_truth))}
+        rng = placebo_rng(self.gec.seed, uid, index)
+        candidates = placebo_candidates(self.placebo_pool, gold_keys, rng, need_solution=branch == REPLACE_SOLUTION)
+        for candidate in candidates:
+            problem = self.placebo_pool[candidate]
+            texts = [injected_answer_text(problem.answer, self.gec.answer_template)]
+            if branch == REPLACE_SOLUTION:
+                texts.append(problem.solution)
+            if await self._all_graded_wrong(texts, kwargs):
+                return problem
+        return None
+
+    async def _all_graded_wrong(self, texts: list[str], kwargs: dict) -> bool:
+        """Every text grades at most ``correct_threshold`` against this row (stops at the first that does not)."""
+        for text in texts:
+            if await self._grade_text(text, kwargs) > self.gec.correct_threshold:
+                return False
+        return True
 
     async def _apply(
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str
@@ -216,11 +336,10 @@ class GecAgentLoop(SingleTurnAgentLoop):
         Everything stays within rollout.response_length. With ``first_sample_tokens`` set (and
         response_length sized for it, ``check_budget``), the sampled body is at most that long, so a
         response truncated at its cap still gets the whole continuation budget (the reference's layout).
+        The body is the first sample without its trailing end tokens, or nothing with first_attempt=drop.
         """
         limit = self.response_length
-        body = list(output.response_ids)
-        if body and body[-1] in self.eos_ids:
-            body = body[:-1]
+        body = [] if self.gec.first_attempt == "drop" else strip_end_tokens(output.response_ids, self.end_ids)
         if branch == REPLACE_SOLUTION:
             tokens = self._encode(solution) + [self.eos_id]
             return _Correction(tokens, 0, len(tokens)) if len(tokens) <= limit else None

@@ -206,8 +206,70 @@ def check_gec_ground_truth(paths: Sequence[Path]) -> None:
             )
 
 
+def read_placebo_pool(train_files: Any) -> tuple[PlaceboProblem, ...]:
+    """Every training problem with an answer, for answer_source=placebo (see the module docstring).
+
+    ``train_files`` is verl's ``data.train_files``: one parquet path or a list of them (hdfs paths are
+    copied as verl's RLHFDataset copies them), read in order, their rows numbered across the files as
+    verl concatenates them. Columns as scripts/prepare_data.py writes them: the answer is
+    ``extra_info.answer``, else the first of ``reward_model.ground_truth``; the solution
+    ``extra_info.solution`` ("" when absent: such a problem lends no solution). A row with no answer lends
+    nothing. Every row of the files counts: ``data.max_samples`` and verl's prompt-length filter do not
+    apply here. A file that cannot be read as parquet or has neither column, or fewer than 2 problems
+    with an answer in all, is an error.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from edge_verl.algorithms.gec import PlaceboProblem
+    from edge_verl.reward.normalize import normalise_answer
+    from edge_verl.reward.score import gold_answers
+
+    paths = [train_files] if isinstance(train_files, str) else list(train_files or ())
+    pool: list[PlaceboProblem] = []
+    row = 0
+    for path in paths:
+        try:
+            local = str(path)
+            if not _is_local(local):  # hdfs: copied as verl's RLHFDataset copies it (verl imported only then)
+                from verl.utils.fs import copy_to_local
+
+                local = copy_to_local(local)
+            present = [name for name in ("extra_info", "reward_model") if name in pq.read_schema(local).names]
+            table = pq.read_table(local, columns=present)
+        except (OSError, pa.ArrowException) as error:
+            raise ValueError(
+                f"edge_gec.answer_source=placebo reads its answers from data.train_files, but {path!r} cannot be "
+                f"read as parquet ({error}); list parquet files this worker can open, or use answer_source=gold."
+            ) from error
+        if not present:
+            raise ValueError(
+                f"edge_gec.answer_source=placebo: the training file {path!r} has neither an extra_info nor a "
+                "reward_model column, so it holds no answers (write it with scripts/prepare_data.py)."
+            )
+        empty = [None] * table.num_rows
+        extras = table.column("extra_info").to_pylist() if "extra_info" in present else empty
+        rewards = table.column("reward_model").to_pylist() if "reward_model" in present else empty
+        for extra_info, reward_model in zip(extras, rewards):
+            extra_info = extra_info or {}
+            answer = str(extra_info.get("answer") or "").strip()
+            answer = answer or next(iter(gold_answers((reward_model or {}).get("ground_truth"))), "")
+            if answer:
+                solution = str(extra_info.get("solution") or "")
+                pool.append(PlaceboProblem(row, answer, solution, normalise_answer(answer)))
+            row += 1
+    if len(pool) < 2:
+        raise ValueError(
+            f"edge_gec.answer_source=placebo lends one training problem's answer to another, but "
+            f"data.train_files={paths} hold {len(pool)} problem(s) with an answer (extra_info.answer or "
+            "reward_model.ground_truth); at least 2 are needed."
+        )
+    return tuple(pool)
+
+
 def check_data(config: Any, run: TrainingRun) -> None:
-    """The data files exist, and GEC's switch agrees with their ``agent_name`` column."""
+    """The data files exist, GEC's switch agrees with their ``agent_name`` column, and a placebo run's
+    training files lend answers (``read_placebo_pool``)."""
     data = config.get("data", None) or {}
     train = check_files_exist("train_files", data_paths(data.get("train_files", None)))
     val = check_files_exist("val_files", data_paths(data.get("val_files", None)))
@@ -217,6 +279,8 @@ def check_data(config: Any, run: TrainingRun) -> None:
     )
     if run.gec_enabled:
         check_gec_ground_truth(train)
+        if run.gec.answer_source == "placebo":
+            read_placebo_pool(data_paths(data.get("train_files", None)))
 
 
 def preflight(config: Any) -> TrainingRun:

@@ -1,24 +1,38 @@
+import hashlib
 import json
 import math
 import pickle
 import random
+from collections import Counter
 
 import pytest
 import torch
 
 from edge_verl.algorithms.gec import (
+    ANSWER,
     ANSWER_TEMPLATE,
+    CONTINUATION,
     INJECT_ANSWER,
+    PHRASE,
+    PLACEBO_CANDIDATES,
     REFLECTION_PHRASE,
     REGENERATE,
     REPLACE_SOLUTION,
+    SAMPLED,
+    SOLUTION,
     CorrectionRecord,
+    PlaceboProblem,
     decide_correction,
     decision_rng,
     draw_branch,
     injected_answer_text,
     injected_token_mask,
+    placebo_candidates,
+    placebo_rng,
+    shuffled_indices,
+    strip_end_tokens,
     summarize_corrections,
+    token_origins,
 )
 from edge_verl.config import GecConfig
 
@@ -175,6 +189,7 @@ def test_every_metric_of_a_step_of_hand_built_records():
             "gec/fallbacks": 1,  # r1
             "gec/not_fitting": 1,  # r3
             "gec/prompt_too_long": 1,  # r5
+            "gec/no_placebo": 0,
             "gec/regenerate_became_correct": 1,  # r0 (r4 still wrong)
             "gec/continuation_tokens_mean": 4.0,  # (3 + 5) / 2
             "gec/continuation_tokens_min": 3,
@@ -202,13 +217,19 @@ def test_a_renamed_key_fails_the_summary_instead_of_logging_zeros():
 
 
 def test_the_record_round_trips_through_plain_builtins():
-    for info in (_record(), _regenerated(3, 5, tokens=2, budget=4, requested=8, sample_seconds=0.25), _corrected(REPLACE_SOLUTION, 0, 7)):
+    for info in (
+        _record(),
+        _regenerated(3, 5, tokens=2, budget=4, requested=8, sample_seconds=0.25),
+        _corrected(REPLACE_SOLUTION, 0, 7),
+        _corrected(INJECT_ANSWER, 0, 4, placebo_index=0),
+    ):
         # what crosses Ray (pickle) and what a JSON dump keeps are the same plain dict
         assert json.loads(json.dumps(info)) == info == pickle.loads(pickle.dumps(info))
         record = CorrectionRecord.from_dict(info)
         assert record.to_dict() == info and CorrectionRecord.from_dict(record.to_dict()) == record
     assert set(_record()) == {field for field in CorrectionRecord.__dataclass_fields__}
     assert _record()["continuation_tokens"] is None  # written even when not a regeneration
+    assert _record()["placebo_index"] is None  # written even with answer_source=gold
 
 
 def test_from_dict_names_a_missing_and_an_unknown_key():
@@ -238,6 +259,12 @@ def test_from_dict_names_a_missing_and_an_unknown_key():
         (dict(branch=REGENERATE, reason="corrected", continuation_tokens=5, continuation_budget=4, continuation_requested=8), "tokens <= budget"),
         (dict(branch=REGENERATE, reason="corrected", continuation_tokens=1, continuation_budget=9, continuation_requested=8), "budget <= requested"),
         (dict(branch=INJECT_ANSWER, reason="corrected", continuation_tokens=1), "only a regeneration has a continuation"),
+        (
+            dict(branch=REGENERATE, reason="corrected", continuation_tokens=1, continuation_budget=1, continuation_requested=1, placebo_index=2),
+            "a placebo row",
+        ),
+        (dict(reason="no_placebo", original_correct=False, placebo_index=2), "on branch None"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=0, injected_end=2, placebo_index=-1), "placebo_index=-1"),
         (dict(original_length=-1), "original_length=-1 must be >= 0"),
         (dict(sample_seconds=-0.5), "sample_seconds=-0.5 must be >= 0"),
     ],
@@ -304,3 +331,120 @@ def test_correction_time_share_hand_computed():
     ]
     metrics = summarize_corrections(infos, [0.0, 1.0], ["a", "a"], torch.ones(2, 3))
     assert metrics["gec/correction_time_share"] == pytest.approx(0.2)
+
+
+def test_token_origins_of_kept_and_dropped_first_attempts():
+    # T = 6. keep: regenerate [2, 4) = body 2, phrase 2, continuation 2; inject [3, 6) = body 3, answer 3.
+    # drop: the span starts at 0 (no body): regenerate [0, 3) = phrase 3, continuation 3; inject [0, 4) =
+    # answer 4, then 2 positions past the response's end (coded "sampled"; callers mask them).
+    # replace_solution [0, 5): solution 5 (+1 past the end); None and an uncorrected record: sampled.
+    records = [
+        CorrectionRecord.from_dict(_regenerated(2, 4, tokens=2, budget=2, requested=2)),
+        CorrectionRecord.from_dict(_corrected(INJECT_ANSWER, 3, 6)),
+        CorrectionRecord.from_dict(_regenerated(0, 3, tokens=3, budget=3, requested=3)),
+        CorrectionRecord.from_dict(_corrected(INJECT_ANSWER, 0, 4)),
+        CorrectionRecord.from_dict(_corrected(REPLACE_SOLUTION, 0, 5)),
+        CorrectionRecord.from_dict(_record(reason="no_placebo", original_correct=False, original_score=0.0)),
+        None,
+    ]
+    S, C, P, A, R = SAMPLED, CONTINUATION, PHRASE, ANSWER, SOLUTION
+    assert token_origins(records, 6).tolist() == [
+        [S, S, P, P, C, C],
+        [S, S, S, A, A, A],
+        [P, P, P, C, C, C],
+        [A, A, A, A, S, S],
+        [R, R, R, R, R, S],
+        [S] * 6,
+        [S] * 6,
+    ]
+
+
+def test_summary_counts_responses_left_without_a_placebo():
+    # answer_source=placebo: r0, r1 found no wrong-grading answer (left as sampled), r2 got row 3's answer
+    # injected (tokens 1-2 of 3), r3 was correct.
+    infos = [
+        _record(reason="no_placebo", original_correct=False, original_score=0.0),
+        _record(reason="no_placebo", original_correct=False, original_score=0.0),
+        _corrected(INJECT_ANSWER, 1, 3, placebo_index=3),
+        _record(),
+    ]
+    metrics = summarize_corrections(infos, [0.0, 0.0, 0.0, 1.0], ["a", "a", "b", "b"], torch.ones(4, 3))
+    assert (metrics["gec/no_placebo"], metrics["gec/corrected"], metrics["gec/corrected_inject_answer"]) == (2, 1, 1)
+    assert metrics["gec/not_fitting"] == 0 and metrics["gec/injected_token_frac"] == pytest.approx(2 / 12)
+
+
+@pytest.mark.parametrize(
+    "tokens, stripped",
+    [
+        ([5, 6, 1, 2], [5, 6]),  # "... <|im_end|><|endoftext|>": both go
+        ([5, 6, 2, 1, 2], [5, 6]),  # any order, any number
+        ([5, 1, 6, 2], [5, 1, 6]),  # an end id inside the response stays
+        ([5, 6], [5, 6]),  # truncated at the cap: nothing to strip
+        ([1, 2], []),
+        ([], []),
+    ],
+)
+def test_every_trailing_end_token_is_stripped(tokens, stripped):
+    assert strip_end_tokens(tokens, {1, 2}) == stripped
+
+
+def test_the_decision_stream_is_unchanged_and_the_placebo_stream_is_its_own():
+    # decisions of a given seed are what they were before placebos existed: the key is "seed:uid:index"
+    expected = random.Random(int.from_bytes(hashlib.sha256(b"7:u:3").digest()[:8], "little"))
+    assert decision_rng(7, "u", 3).random() == expected.random()
+    # the placebo stream is another key (so drawing placebos moves no decision), stable per response
+    assert placebo_rng(7, "u", 3).random() != decision_rng(7, "u", 3).random()
+    assert placebo_rng(7, "u", 3).random() == placebo_rng(7, "u", 3).random()
+    assert placebo_rng(7, "u", 3).random() not in {placebo_rng(8, "u", 3).random(), placebo_rng(7, "u", 4).random()}
+
+
+def _fisher_yates(rng, count):
+    """The literal shuffle: swap position k with a uniform pick in [k, count), k = 0, 1, ..."""
+    items = list(range(count))
+    for position in range(count):
+        pick = rng.randrange(position, count)
+        items[position], items[pick] = items[pick], items[position]
+    return items
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 100])
+def test_lazy_shuffle_equals_the_literal_fisher_yates_shuffle(count):
+    for seed in range(20):
+        assert list(shuffled_indices(random.Random(seed), count)) == _fisher_yates(random.Random(seed), count)
+
+
+def test_lazy_shuffle_puts_every_index_first_equally_often():
+    # 6000 shuffles of 6: each index first 1000 times, binomial std sqrt(6000 / 6 * 5 / 6) = 28.9; 5 sigma = 144
+    # (a shuffle that never swaps would put 0 first 6000 times, an off-by-one pick never 5)
+    counts = Counter(next(shuffled_indices(random.Random(seed), 6)) for seed in range(6000))
+    assert set(counts) == set(range(6)) and all(abs(n - 1000) < 144 for n in counts.values()), counts
+
+
+def _pool(*answers_and_solutions):
+    """PlaceboProblems in row order; the key is the answer itself (these answers are already normal)."""
+    return [PlaceboProblem(row, answer, solution, answer) for row, (answer, solution) in enumerate(answers_and_solutions)]
+
+
+def test_placebo_candidates_skip_the_gold_answer_and_follow_the_seeded_order():
+    pool = _pool(("2", "s0"), ("3", "s1"), ("2", "s2"), ("5", ""), ("7", "s4"), ("11", "s5"))
+    for seed in range(30):
+        candidates = placebo_candidates(pool, {"2"}, random.Random(seed), need_solution=False)
+        # rows 0 and 2 share the gold answer "2": never lent; the other four all come, in the shuffle's order
+        order = [index for index in _fisher_yates(random.Random(seed), 6) if index not in (0, 2)]
+        assert candidates == order and sorted(candidates) == [1, 3, 4, 5]
+        # replace_solution also needs a solution: row 3 has none
+        with_solution = placebo_candidates(pool, {"2"}, random.Random(seed), need_solution=True)
+        assert with_solution == [index for index in order if index != 3]
+    # same seed, same candidates; the seed matters
+    orders = {tuple(placebo_candidates(pool, {"2"}, placebo_rng(42, "u", i), need_solution=False)) for i in range(8)}
+    assert len(orders) > 1
+
+
+def test_placebo_candidates_are_bounded_and_may_be_none():
+    pool = _pool(*[(str(n), "s") for n in range(100)])
+    candidates = placebo_candidates(pool, {"0"}, random.Random(1), need_solution=True)
+    assert len(candidates) == PLACEBO_CANDIDATES == 16 and len(set(candidates)) == 16 and 0 not in candidates
+    assert len(placebo_candidates(pool, set(), random.Random(1), need_solution=False, limit=3)) == 3
+    # a pool whose only other answers are the gold's, or lack the solution asked for, has no candidate
+    assert placebo_candidates(_pool(("2", "s"), ("2", "t")), {"2"}, random.Random(0), need_solution=False) == []
+    assert placebo_candidates(_pool(("2", "s"), ("3", "")), {"2"}, random.Random(0), need_solution=True) == []

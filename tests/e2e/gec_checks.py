@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from edge_verl.algorithms.gec import ORIGINS, REFLECTION_PHRASE, injected_answer_text
+from edge_verl.algorithms.gec import ORIGINS, REFLECTION_PHRASE, injected_answer_text, strip_end_tokens
 from edge_verl.demo import task
 
 BRANCHES = {"regenerate": "[1,0,0]", "inject_answer": "[0,1,0]", "replace_solution": "[0,0,1]"}
@@ -107,7 +107,7 @@ def check_token_accounting(records, dump, tokenizer, first_sample_tokens):
         assert first["prompt_ids"] == record["prompt_ids"] and first["max_tokens"] == first_sample_tokens
         assert 0 < len(sampled) <= first_sample_tokens and eos not in sampled[:-1]
         assert info["original_length"] == len(sampled)
-        body = sampled[:-1] if sampled[-1] == eos else sampled
+        body = strip_end_tokens(sampled, {eos, *tokenizer.all_special_ids})  # as the loop strips them
         span = (info["injected_start"], info["injected_end"])
         branches[info["branch"]] += 1
         if info["branch"] is None:

@@ -6,7 +6,7 @@ import pytest
 
 from omegaconf import OmegaConf
 
-from edge_verl.algorithms.gec import CorrectionRecord
+from edge_verl.algorithms.gec import REFLECTION_PHRASE, CorrectionRecord, injected_answer_text
 from edge_verl.algorithms.gec import GroupRendezvous, group_rendezvous
 from edge_verl.integration.gec_agent_loop import check_gec_supported
 
@@ -152,21 +152,27 @@ def test_a_gec_row_in_a_run_without_the_switch_is_refused(tmp_path):
 
 
 class _Server:
-    """Stands in for verl's rollout server: records each request, answers with ``max_tokens`` copies of a
-    non-EOS byte (a response truncated at its cap: the long failures GEC's regenerate branch targets)."""
+    """Stands in for verl's rollout server: records each request and answers with the next of ``replies``
+    (token id lists) or, without replies, with ``max_tokens`` copies of a non-EOS byte (a response truncated
+    at its cap: the long failures GEC's regenerate branch targets)."""
 
-    def __init__(self, response_length):
+    def __init__(self, response_length, replies=()):
         self.requests = []
         self.response_length = response_length  # verl's servers' max_tokens when the request sets none
+        self.replies = list(replies)
 
     async def generate(self, request_id, prompt_ids, sampling_params, **kwargs):
         from verl.workers.rollout.replica import TokenOutput
 
         self.requests.append((list(prompt_ids), dict(sampling_params)))
+        if self.replies:
+            return TokenOutput(token_ids=list(self.replies.pop(0)), log_probs=None)
         return TokenOutput(token_ids=[ord("x")] * int(sampling_params.get("max_tokens", self.response_length)), log_probs=None)
 
 
-def _budget_loop(tmp_path, response_length, **gec):
+def _budget_loop(tmp_path, response_length, replies=(), train_files=None, model_path=None, **gec):
+    """A GEC loop on the tiny byte-level tokenizer (saved in ``tmp_path``) and a ``_Server``; regenerate
+    forced unless ``gec`` says otherwise."""
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
     from edge_verl.demo.tiny import build_tokenizer
@@ -175,8 +181,12 @@ def _budget_loop(tmp_path, response_length, **gec):
     config = _loop_config()
     config.actor_rollout_ref.rollout.response_length = response_length
     config.actor_rollout_ref.rollout.prompt_length = 64
+    if model_path is not None:
+        config.actor_rollout_ref.model = {"path": str(model_path)}
+    if train_files is not None:
+        config.data.train_files = train_files
     config.algorithm.edge_gec.update({"force_regenerate": True, "continuation_tokens": 12, **gec})
-    server = _Server(response_length)
+    server = _Server(response_length, replies)
     asyncio.set_event_loop(asyncio.new_event_loop())  # verl's loop binds the event loop it is built in
     loop = GecAgentLoop(
         trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=build_tokenizer(tmp_path),
@@ -185,21 +195,32 @@ def _budget_loop(tmp_path, response_length, **gec):
     return loop, server
 
 
-def _run(loop):
-    sample = {
-        "raw_prompt": [{"role": "user", "content": "1+1?"}],
-        "uid": "u0",
-        "session_id": 0,
-        "reward_model": {"ground_truth": "2"},
-        "extra_info": {"answer": "2"},
-        "data_source": "demo",
-    }
+SAMPLE = {
+    "raw_prompt": [{"role": "user", "content": "1+1?"}],
+    "uid": "u0",
+    "session_id": 0,
+    "reward_model": {"ground_truth": "2"},
+    "extra_info": {"answer": "2"},
+    "data_source": "demo",
+}
+
+
+def _run_all(loop, rows):
+    """The loop's outputs for ``SAMPLE`` updated by each of ``rows``, one after the other on one event loop."""
+
+    async def run_rows():
+        return [await loop.run({"temperature": 1.0}, **{**SAMPLE, **row}) for row in rows]
+
     event_loop = asyncio.get_event_loop()
     try:
-        return event_loop.run_until_complete(loop.run({"temperature": 1.0}, **sample))
+        return event_loop.run_until_complete(run_rows())
     finally:
         event_loop.close()
         asyncio.set_event_loop(None)
+
+
+def _run(loop, **row):
+    return _run_all(loop, [row])[0]
 
 
 def test_a_response_truncated_at_its_cap_gets_the_full_continuation(tmp_path):
@@ -243,3 +264,231 @@ def test_a_first_sample_cap_without_room_for_the_correction_is_refused(tmp_path)
     config.algorithm.edge_gec.update({"first_sample_tokens": 190, "continuation_tokens": 20})
     with pytest.raises(ValueError, match="first_sample_tokens=190"):
         check_gec_supported(config)
+
+
+
+# --- end tokens: a chat model's sample may end in several of them -------------------------------------------
+
+
+def _chat_model_folder(tmp_path):
+    """The tiny tokenizer (eos <|im_end|>, pad <|endoftext|>) with a generation config that, like Qwen2.5's,
+    lists both end tokens; returns (folder, im_end id, endoftext id)."""
+    from transformers import GenerationConfig
+
+    from edge_verl.demo.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path)
+    im_end, endoftext = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    GenerationConfig(eos_token_id=[endoftext, im_end]).save_pretrained(str(tmp_path))
+    return tmp_path, im_end, endoftext
+
+
+def test_the_eos_ids_are_verls_the_tokenizers_first_then_the_generation_configs(tmp_path):
+    from edge_verl.integration.gec_agent_loop import eos_token_ids
+
+    folder, im_end, endoftext = _chat_model_folder(tmp_path)
+    loop, _ = _budget_loop(tmp_path, 60, model_path=folder)
+    assert loop.eos_ids == (im_end, endoftext) and loop.eos_id == im_end  # the one EOS an injection ends with
+    assert {im_end, endoftext} <= loop.end_ids and set(loop.tokenizer.all_special_ids) <= loop.end_ids
+    # without a model folder the tokenizer's eos stands alone
+    assert eos_token_ids(loop.tokenizer, {}) == (im_end,)
+
+
+@pytest.mark.parametrize("branch", ["inject_answer", "regenerate"])
+def test_no_end_token_is_left_before_the_appended_text(tmp_path, branch):
+    # The first sample ends "... <|im_end|><|endoftext|>" (byte tokens "abc"); both go before the correction.
+    folder, im_end, endoftext = _chat_model_folder(tmp_path)
+    body, continuation = [ord(c) for c in "abc"], [ord(c) for c in "de"] + [im_end]
+    probabilities = [0.0, 1.0, 0.0] if branch == "inject_answer" else [1.0, 0.0, 0.0]
+    loop, server = _budget_loop(
+        tmp_path, 120, replies=[body + [im_end, endoftext], continuation], model_path=folder,
+        force_regenerate=False, probabilities=probabilities,
+    )
+    output = _run(loop)
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    assert info.branch == branch and info.original_length == 5
+    if branch == "inject_answer":
+        appended = loop._encode(injected_answer_text("2")) + [im_end]
+        assert output.response_ids == body + appended and len(server.requests) == 1
+    else:
+        appended = loop._encode(REFLECTION_PHRASE) + continuation
+        assert server.requests[1][0] == output.prompt_ids + body + loop._encode(REFLECTION_PHRASE)
+        assert output.response_ids == body + appended
+    assert (info.injected_start, output.response_ids[: info.injected_start]) == (3, body)
+    assert not {im_end, endoftext} & set(output.response_ids[:-1])
+
+
+# --- first_attempt=drop: the correction without the wrong first response -------------------------------------
+
+
+def test_a_dropped_first_attempt_regenerates_from_the_prompt_and_the_phrase(tmp_path):
+    # response_length 40, phrase 31 byte tokens: continuation budget min(12, 40 - 31) = 9 (the body would
+    # have taken room; without it nothing is cut). The continuation is asked for after prompt + phrase.
+    loop, server = _budget_loop(tmp_path, 40, first_attempt="drop")
+    output = _run(loop)
+    phrase = loop._encode(REFLECTION_PHRASE)
+    (first_prompt, _), (continuation_prompt, second) = server.requests
+    assert continuation_prompt == first_prompt + phrase and second["max_tokens"] == 9
+    assert output.response_ids == phrase + [ord("x")] * 9
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    assert (info.injected_start, info.injected_end, info.original_length) == (0, 31, 40)
+    assert (info.continuation_tokens, info.continuation_budget, info.continuation_requested) == (9, 9, 12)
+
+
+@pytest.mark.parametrize("first_attempt", ["drop", "keep"])
+def test_a_dropped_first_attempt_injects_the_answer_alone(tmp_path, first_attempt):
+    loop, _ = _budget_loop(tmp_path, 120, force_regenerate=False, probabilities=[0.0, 1.0, 0.0], first_attempt=first_attempt)
+    output = _run(loop)
+    answer = loop._encode(injected_answer_text("2")) + [loop.eos_id]
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    # keep: the 120 - len(answer) first sampled tokens, then the answer; drop: the answer alone
+    body = [ord("x")] * (120 - len(answer)) if first_attempt == "keep" else []
+    assert output.response_ids == body + answer
+    assert (info.injected_start, info.injected_end) == (len(body), len(body) + len(answer))
+
+
+@pytest.mark.parametrize("first_attempt", ["drop", "keep"])
+def test_replacing_the_solution_is_the_same_whatever_the_first_attempt(tmp_path, first_attempt):
+    loop, _ = _budget_loop(tmp_path, 60, force_regenerate=False, probabilities=[0.0, 0.0, 1.0], first_attempt=first_attempt)
+    output = _run(loop, extra_info={"answer": "2", "solution": "1+1=\\boxed{2}"})
+    solution = loop._encode("1+1=\\boxed{2}") + [loop.eos_id]
+    info = CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"])
+    assert output.response_ids == solution and (info.injected_start, info.injected_end) == (0, len(solution))
+
+
+# --- answer_source=placebo: another training problem's answer, graded wrong against this row's gold ---------
+
+
+def _train_file(path, rows):
+    """A training parquet as scripts/prepare_data.py writes it: (problem, answer, solution) rows."""
+    from edge_verl.data import make_row, write_parquet
+
+    return str(write_parquet(
+        [make_row(p, a, s, data_source="demo", split="train", index=i, gec=True) for i, (p, a, s) in enumerate(rows)], path
+    ))
+
+
+# Row 0 is this test's own problem; row 1's answer equals 2 but not as text; rows 2-4 are wrong answers
+# for "1+1?", but row 3's solution boxes 2 and row 4 has no solution.
+PLACEBO_ROWS = [
+    ("1+1?", "2", "1+1=\\boxed{2}"),
+    ("8/4?", "\\frac{4}{2}", "8/4=\\boxed{\\frac{4}{2}}"),
+    ("1+2?", "3", "1+2=\\boxed{3}"),
+    ("3+4?", "7", "oops \\boxed{2}"),
+    ("2+3?", "5", ""),
+]
+INJECT = dict(force_regenerate=False, probabilities=[0.0, 1.0, 0.0])
+REPLACE = dict(force_regenerate=False, probabilities=[0.0, 0.0, 1.0])
+
+
+# This row has a reference solution, so that a replace_solution draw is not a fallback (decided as for gold).
+OWN = {"answer": "2", "solution": "1+1=\\boxed{2}"}
+
+
+def _placebo_runs(tmp_path, rows, uids, **gec):
+    train = _train_file(tmp_path / "train.parquet", rows)
+    loop, _ = _budget_loop(tmp_path, 200, train_files=[train], answer_source="placebo", **gec)
+    outputs = _run_all(loop, [{"uid": uid, "extra_info": OWN} for uid in uids])
+    return loop, outputs, [CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"]) for output in outputs]
+
+
+def test_a_placebo_answer_comes_from_another_problem_and_grades_wrong(tmp_path):
+    from edge_verl.reward import compute_score
+
+    loop, outputs, infos = _placebo_runs(tmp_path, PLACEBO_ROWS, [f"u{i}" for i in range(12)], **INJECT)
+    for output, info in zip(outputs, infos):
+        # never row 0 (the same answer) nor row 1 (a right answer written otherwise): rows 2-4 only
+        assert info.branch == "inject_answer" and info.placebo_index in (2, 3, 4)
+        answer = PLACEBO_ROWS[info.placebo_index][1]
+        assert output.response_ids[info.injected_start :] == loop._encode(injected_answer_text(answer)) + [loop.eos_id]
+        final = loop.tokenizer.decode(output.response_ids, skip_special_tokens=True)
+        assert compute_score(data_source="demo", solution_str=final, ground_truth="2")["score"] == 0.0
+    assert len({info.placebo_index for info in infos}) > 1  # drawn per response, not one fixed row
+
+
+def test_a_placebo_solution_must_grade_wrong_too(tmp_path):
+    # replace_solution: row 2 is the only problem with a wrong answer AND a wrong solution
+    loop, outputs, infos = _placebo_runs(tmp_path, PLACEBO_ROWS, [f"u{i}" for i in range(6)], **REPLACE)
+    assert all(info.branch == "replace_solution" for info in infos)
+    assert [info.placebo_index for info in infos] == [2] * 6
+    assert all(output.response_ids == loop._encode("1+2=\\boxed{3}") + [loop.eos_id] for output in outputs)
+
+
+def test_placebos_are_seeded_per_response_and_leave_the_decisions_alone(tmp_path):
+    uids = [f"u{i}" for i in range(12)]
+    paper = dict(force_regenerate=False, probabilities=[0.5, 0.25, 0.25])
+    _, _, first = _placebo_runs(tmp_path / "a", PLACEBO_ROWS, uids, **paper)
+    _, _, again = _placebo_runs(tmp_path / "b", PLACEBO_ROWS, uids, **paper)
+    _, _, reseeded = _placebo_runs(tmp_path / "c", PLACEBO_ROWS, uids, seed=7, **paper)
+    assert [info.placebo_index for info in first] == [info.placebo_index for info in again]
+    assert [info.placebo_index for info in first] != [info.placebo_index for info in reseeded]
+    # the branch drawn is the gold run's (the placebo draw has a stream of its own)
+    loop, _ = _budget_loop(tmp_path / "gold", 200, **paper)
+    outputs = _run_all(loop, [{"uid": uid, "extra_info": OWN} for uid in uids])
+    gold = [CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"]) for output in outputs]
+    assert [info.branch for info in first] == [info.branch for info in gold]
+    assert {info.branch for info in first} >= {"inject_answer", "regenerate"}
+    assert all((info.placebo_index is None) == (info.branch == "regenerate") for info in first)
+
+
+def test_no_placebo_when_every_other_answer_grades_right(tmp_path):
+    rows = [("1+1?", "2", ""), ("a", "\\frac{4}{2}", ""), ("b", "2.0", ""), ("c", "4/2", "")]
+    loop, outputs, infos = _placebo_runs(tmp_path, rows, ["u0", "u1"], **INJECT)
+    for output, info in zip(outputs, infos):
+        assert (info.branch, info.reason, info.placebo_index) == (None, "no_placebo", None)
+        assert (info.injected_start, info.injected_end) == (0, 0) and output.response_ids == [ord("x")] * 200
+
+
+def test_at_most_16_placebo_candidates_are_graded(tmp_path, monkeypatch):
+    # 40 other problems, a reward that calls every boxed answer right: the first sample is graded (wrong),
+    # then 16 candidates, then the response is left as sampled.
+    rows = [("1+1?", "2", "")] + [(f"p{n}", str(n), "") for n in range(10, 50)]
+    train = _train_file(tmp_path / "train.parquet", rows)
+    loop, _ = _budget_loop(tmp_path, 200, train_files=train, answer_source="placebo", **INJECT)
+    graded = []
+    loop.reward_fn = lambda solution_str, **kwargs: graded.append(solution_str) or float("\\boxed{" in solution_str)
+    info = CorrectionRecord.from_dict(_run(loop).extra_fields["edge_verl_gec"])
+    assert info.reason == "no_placebo" and len(graded) == 1 + 16 and len(set(graded[1:])) == 16
+
+
+def test_the_placebo_pool_reads_every_training_file_in_order(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from edge_verl.integration.preflight import read_placebo_pool
+
+    first = _train_file(tmp_path / "first.parquet", [("q0", "2", "s0"), ("q1", " 3 ", "")])
+    # a file without extra_info: the answer is the first ground truth, no solution; an empty one lends nothing
+    second = tmp_path / "second.parquet"
+    ground_truths = [{"ground_truth": "\\frac{1}{2}"}, {"ground_truth": ""}, {"ground_truth": "9"}]
+    pq.write_table(pa.table({"reward_model": ground_truths}), second)
+    pool = read_placebo_pool([first, str(second)])
+    assert [(p.row, p.answer, p.solution, p.answer_key) for p in pool] == [
+        (0, "2", "s0", "2"), (1, "3", "", "3"), (2, "\\frac{1}{2}", "", "\\frac{1}{2}"), (4, "9", "", "9"),
+    ]
+    assert [p.row for p in read_placebo_pool(first)] == [0, 1]  # one path, as a string
+
+
+def test_a_placebo_run_without_usable_training_files_is_refused_at_setup(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from edge_verl.integration.preflight import read_placebo_pool
+
+    one = _train_file(tmp_path / "one.parquet", [("q", "2", "s")])
+    with pytest.raises(ValueError, match=r"hold 1 problem\(s\) with an answer .* at least 2 are needed"):
+        _budget_loop(tmp_path, 200, train_files=one, answer_source="placebo")
+    with pytest.raises(ValueError, match=r"hold 0 problem\(s\)"):
+        read_placebo_pool(None)
+    with pytest.raises(ValueError, match="cannot be read as parquet"):
+        read_placebo_pool([one, str(tmp_path / "missing.parquet")])
+    (tmp_path / "train.json").write_text("[]")
+    with pytest.raises(ValueError, match="train.json' cannot be read as parquet"):
+        read_placebo_pool(str(tmp_path / "train.json"))
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pa.table({"prompt": ["q0", "q1"]}), bare)
+    with pytest.raises(ValueError, match="neither an extra_info nor a reward_model column"):
+        read_placebo_pool([str(bare)])
+    # answer_source=gold reads no training file
+    loop, _ = _budget_loop(tmp_path, 200, train_files=str(bare))
+    assert loop.placebo_pool == ()

@@ -67,6 +67,9 @@ MISTAKES = {
         {},
         "= 1280 exceeds actor_rollout_ref.rollout.response_length=512",
     ),
+    # the reviewers' controls are named choices; sft_coef only means something with injected_loss=sft
+    "gec_control": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.injected_loss=ignore"], {}, "allowed: ['surrogate', 'masked', 'sft']"),
+    "gec_sft_coef": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.sft_coef=0.5"], {}, "read only with edge_gec.injected_loss=sft"),
     # injected tokens have no rollout log-probs
     "gec_log_probs": (["algorithm.adv_estimator=grpo", "+algorithm.edge_gec.enable=True"], {}, "calculate_log_probs=False"),
 }
@@ -81,6 +84,14 @@ def test_each_kind_of_mistake_is_reported_with_its_fix(tmp_path, kind, capsys):
     assert failed.value.code == 2
     assert expected in failed.value.message
     assert capsys.readouterr().err.strip().splitlines()[-1] == failed.value.message
+
+
+def test_a_placebo_run_whose_training_file_lends_no_other_answer_stops_before_ray(tmp_path):
+    one = write_parquet([make_row("1+1", "2", "sol", data_source="t", split="train", index=0, gec=True)], tmp_path / "one.parquet")
+    config = _config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.answer_source=placebo", f"data.train_files={one}")
+    with pytest.raises(ValueError, match="hold 1 problem"):
+        preflight(config)
+    assert preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.answer_source=placebo")).gec.answer_source == "placebo"
 
 
 def test_a_missing_training_file_is_named(tmp_path):
