@@ -1,6 +1,7 @@
-"""Reading runs back: verl's per-step metrics, evaluation tables, mean +- std over seeds, curve plots.
+"""Reading runs back: verl's per-step metrics (training curves, per-step validation), evaluation tables,
+mean +- std over seeds, paired differences with a Student-t interval, curve and sensitivity plots.
 
-Pure Python (matplotlib only for the plot). verl's file logger (``trainer.logger=[...,file]``, path from
+Pure Python (matplotlib only for the plots; the t quantile is computed here, no scipy). verl's file logger (``trainer.logger=[...,file]``, path from
 ``VERL_FILE_LOGGER_PATH``) writes one ``{"step": N, "data": {...}}`` record per step; flat
 ``{"step": N, "<metric>": ...}`` records (older exports, the demo's metrics.jsonl) are read too. A resumed
 run restarts verl's logger, so a run folder may hold several files (``metrics/*.jsonl``, one per
@@ -10,12 +11,17 @@ attempt): they are merged, the last record of a step winning.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 SEED_SUFFIX = re.compile(r"_seed\d+$")
+# verl's validation during training (trainer.test_freq): val-core/<data source>/<core variable>/mean@<n>, the
+# core variable being "acc" when the reward returns one (edge_verl.reward does), else "reward".
+VALIDATION_KEY = re.compile(r"^val-core/(?P<source>.+)/(?P<variable>[^/]+)/mean@(?P<n>\d+)$")
 
 
 def _records(path: Path) -> list[dict]:
@@ -62,6 +68,99 @@ def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
         raise ValueError("mean_std of no values")
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return statistics.mean(values), spread, len(values)
+
+
+def _t_two_sided_mass(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer ``df`` >= 1, in closed form (Abramowitz & Stegun 26.7.3 for
+    odd df, 26.7.4 for even df; theta = atan(t / sqrt(df)))."""
+    theta = math.atan(t / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    if df % 2 == 1:  # (2/pi) [theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ... up to cos^(df-3))]
+        term = total = 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * cos2
+            total += term
+        return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+    term = total = 1.0  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))
+    for k in range(1, df // 2):
+        term *= (2 * k - 1) / (2 * k) * cos2
+        total += term
+    return math.sin(theta) * total
+
+
+def student_t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile (0.5 < probability < 1) of Student's t with ``df`` degrees of freedom
+    (an integer >= 1): the exact closed-form CDF inverted by bisection to float precision. t(0.975, 2) =
+    4.3027, t(0.975, 30) = 2.0423; large df tend to the normal's 1.9600."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df={df!r} must be an integer >= 1")
+    if not 0.5 < probability < 1:
+        raise ValueError(f"probability={probability!r} must be in (0.5, 1)")
+    mass = 2 * probability - 1
+    low, high = 0.0, 1.0
+    while _t_two_sided_mass(high, df) < mass:
+        low, high = high, 2 * high
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if _t_two_sided_mass(middle, df) < mass else (low, middle)
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``values - baseline`` over the seeds both have: each seed's difference, their mean, sample std and
+    count, and the two-sided ``confidence`` interval of the mean (Student t, df = n - 1), None for n < 2."""
+
+    per_seed: dict[str, float]
+    mean: float
+    std: Optional[float]
+    n: int
+    confidence: float
+    interval: Optional[tuple[float, float]]
+
+    def as_dict(self) -> dict:
+        return {"per_seed": self.per_seed, "mean": self.mean, "std": self.std, "n": self.n, "confidence": self.confidence,
+                "interval": list(self.interval) if self.interval is not None else None}
+
+
+def paired_difference(
+    values: Mapping[str, float], baseline: Mapping[str, float], confidence: float = 0.95
+) -> Optional[PairedDifference]:
+    """The paired difference ``values[s] - baseline[s]`` over the seeds s in both (seed -> value each);
+    None when they share no seed. Interval: mean ± t((1 + confidence) / 2, n - 1) * std / sqrt(n)."""
+    seeds = [seed for seed in values if seed in baseline]
+    if not seeds:
+        return None
+    per_seed = {seed: float(values[seed]) - float(baseline[seed]) for seed in seeds}
+    differences = list(per_seed.values())
+    mean = statistics.mean(differences)
+    if len(differences) < 2:
+        return PairedDifference(per_seed, mean, None, 1, confidence, None)
+    spread = statistics.stdev(differences)
+    half = student_t_quantile((1 + confidence) / 2, len(differences) - 1) * spread / math.sqrt(len(differences))
+    return PairedDifference(per_seed, mean, spread, len(differences), confidence, (mean - half, mean + half))
+
+
+def validation_series(records: Sequence[dict]) -> list[tuple[int, float]]:
+    """(step, score) at every step verl validated, from one run's records (``load_metrics``): the
+    unweighted mean over validation sets of verl's core metric (``val-core/<set>/<acc|reward>/mean@N``)."""
+    series = []
+    for record in records:
+        scores = [float(value) for key, value in record.items() if value is not None and VALIDATION_KEY.match(key)]
+        if scores:
+            series.append((record["step"], statistics.mean(scores)))
+    return series
+
+
+def best_and_last(series: Sequence[tuple[int, float]]) -> Optional[dict]:
+    """{best_step, best, last_step, last} of a (step, score) series (the earliest step on a tie), None if empty."""
+    if not series:
+        return None
+    best_step, best = max(series, key=lambda item: (item[1], -item[0]))
+    last_step, last = max(series, key=lambda item: item[0])
+    return {"best_step": best_step, "best": best, "last_step": last_step, "last": last}
 
 
 def format_mean_std(values: Sequence[float], digits: int = 4) -> str:
@@ -147,15 +246,36 @@ def markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(curves: dict, path: Path, titles: Optional[dict[str, str]] = None) -> Path:
-    """One panel per metric, one line per group: the mean over runs with a ±1 std band."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, max(1, len(curves)), figsize=(5 * max(1, len(curves)), 4), squeeze=False)
-    for axis, (metric, groups) in zip(axes[0], curves.items()):
+    return plt
+
+
+def _save(plt, figure, path: Path) -> Path:
+    figure.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return Path(path)
+
+
+def plot(curves: dict, path: Path, titles: Optional[dict[str, str]] = None, columns: int = 4) -> Path:
+    """One panel per metric (``columns`` per line), one line per group: the mean over runs with a ±1 std
+    band; a metric no group logged gets a panel saying so."""
+    plt = _pyplot()
+    count = max(1, len(curves))
+    width, height = min(columns, count), math.ceil(count / columns)
+    figure, axes = plt.subplots(height, width, figsize=(5 * width, 4 * height), squeeze=False)
+    flat = [axis for line in axes for axis in line]
+    for axis in flat[len(curves):]:
+        axis.set_visible(False)
+    for axis, (metric, groups) in zip(flat, curves.items()):
+        if not groups:
+            axis.text(0.5, 0.5, "not logged by these runs", ha="center", va="center", transform=axis.transAxes)
         for group, by_step in groups.items():
             steps = sorted(by_step)
             stats = [mean_std(by_step[s]) for s in steps]
@@ -166,8 +286,30 @@ def plot(curves: dict, path: Path, titles: Optional[dict[str, str]] = None) -> P
         axis.set_xlabel("step")
         if groups:
             axis.legend(fontsize=7)
-    figure.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return Path(path)
+    return _save(plt, figure, path)
+
+
+def plot_sensitivity(
+    points: Sequence[tuple[float, Mapping[str, float]]], path: Path, coefficient: str, marked: float, ylabel: str
+) -> Path:
+    """Score against one coefficient's value: every seed's point, the mean ± sample std over seeds as a line
+    with error bars, and the value ``marked`` (the paper's) as a dashed vertical line. ``points``: (value,
+    seed -> score) per grid value. A log x axis when the values are positive and span 20x or more."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    points = sorted((value, scores) for value, scores in points if scores)
+    for value, scores in points:
+        axis.scatter([value] * len(scores), list(scores.values()), color="tab:blue", alpha=0.4, s=18)
+    stats = [(value, *mean_std(list(scores.values()))) for value, scores in points]
+    if stats:
+        axis.errorbar([s[0] for s in stats], [s[1] for s in stats], yerr=[s[2] for s in stats], color="tab:blue",
+                      marker="o", capsize=3, label="mean ± std over seeds")
+    values = [value for value, _ in points] + [marked]
+    if min(values) > 0 and max(values) / min(values) >= 20:
+        axis.set_xscale("log")
+    axis.axvline(marked, color="tab:red", linestyle="--", label=f"paper: {marked:g}")
+    axis.set_xlabel(coefficient)
+    axis.set_ylabel(ylabel)
+    axis.set_title(f"sensitivity to {coefficient}")
+    axis.legend(fontsize=7)
+    return _save(plt, figure, path)

@@ -1,5 +1,8 @@
-"""edge-verl reproduce without running verl: tables, stage planning (dry run), the table's arithmetic and
-markdown, resumability of the report, and argument errors. The real CPU run is tests/e2e/test_reproduce_on_cpu.py."""
+"""edge-verl reproduce without running verl: tables (the ablations and controls included), stage planning
+(dry run), the table's arithmetic and markdown (every seed, the paired difference to GRPO and its interval,
+the last checkpoint as the headline and the best validation step labelled optimistic), resumability of the
+report, and argument errors. The real CPU run is tests/e2e/test_reproduce_on_cpu.py; the GEPO sweep:
+tests/test_sensitivity.py."""
 
 import json
 from pathlib import Path
@@ -229,3 +232,150 @@ def test_random_1k_unavailable_fails_the_data_stage_loudly(tmp_path, capsys):
             "--random-source", str(tmp_path / "missing.parquet"), "--recipes", str(_fake_recipes(tmp_path / "recipes", exit_code=0))]
     assert main(argv) == 1
     assert "stage 'data' failed: Random-1K needs the DeepScaleR-Preview data set" in capsys.readouterr().err
+
+
+# --- what the table reports: every seed, the paired difference to GRPO, last vs best ----------------------------
+
+
+def _fake_training(folder: Path, avg: float, validation: list[tuple[int, float]], **metrics):
+    """An evaluated training run: eval.json (Avg), and verl's file-logger records with its per-step
+    validation (val-core/<set>/acc/mean@1 on two sets, ``validation`` giving their mean) and ``metrics``."""
+    _fake_eval(folder, avg, avg / 2)
+    records = [{"step": step, "data": {"val-core/aime24/acc/mean@1": score - 0.1, "val-core/amc/acc/mean@1": score + 0.1, **metrics}}
+               for step, score in validation]
+    (folder / "metrics").mkdir()
+    (folder / "metrics" / "attempt_1.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+def _three_seed_grpo_and_edge(tmp_path):
+    settings = _settings(tmp_path, rows=["base_1.5b", "grpo_1.5b", "edge_1.5b"], seeds=[1, 2, 3])
+    runs = planned_runs(settings)
+    averages = {"base_1.5b": [0.30], "grpo_1.5b": [0.47, 0.48, 0.52], "edge_1.5b": [0.50, 0.52, 0.54]}
+    for run in runs:
+        if run.row.trains:
+            # validation peaks at step 50 (0.60) and ends at step 100 (0.45): best != last
+            _fake_training(run_folder(settings, run), averages[run.row.key][run.seed - 1], [(0, 0.2), (50, 0.6), (100, 0.45)])
+        else:
+            _fake_eval(run_folder(settings, run), 0.30, 0.1)
+    return settings, runs
+
+
+def test_each_row_shows_every_seed_and_its_paired_difference_to_the_grpo_row_of_the_same_size(tmp_path):
+    settings, runs = _three_seed_grpo_and_edge(tmp_path)
+    table = build_table(settings, runs)
+    rows = {row["key"]: row for row in table["rows"]}
+    edge = rows["edge_1.5b"]
+    assert {seed: scores["Avg"] for seed, scores in edge["per_seed"].items()} == {"1": pytest.approx(50.0), "2": pytest.approx(52.0), "3": pytest.approx(54.0)}
+    # Avg: EDGE 50, 52, 54 vs GRPO 47, 48, 52 -> differences 3, 4, 2: mean 3, std 1, t(0.975, 2) = 4.302653,
+    # half-width 4.302653 / sqrt(3) = 2.484138 -> [0.52, 5.48]; aime24 is half of Avg: 1.5 [0.26, 2.74]
+    assert edge["baseline"] == "grpo_1.5b"
+    avg = edge["vs_baseline"]["Avg"]
+    assert avg["per_seed"] == {"1": pytest.approx(3.0), "2": pytest.approx(4.0), "3": pytest.approx(2.0)}
+    assert (avg["mean"], avg["std"], avg["n"]) == (pytest.approx(3.0), pytest.approx(1.0), 3)
+    assert avg["interval"] == [pytest.approx(0.515862, abs=1e-6), pytest.approx(5.484138, abs=1e-6)]
+    assert edge["vs_baseline"]["aime24"]["interval"] == [pytest.approx(0.257931, abs=1e-6), pytest.approx(2.742069, abs=1e-6)]
+    assert rows["grpo_1.5b"]["baseline"] is None and rows["grpo_1.5b"]["vs_baseline"] == {}
+    assert rows["base_1.5b"]["baseline"] is None  # a base model is not paired with anything
+    text = table_markdown(table)
+    assert "| EDGE-GRPO 1.5B | Qwen/Qwen2.5-Math-1.5B | 3 | 52.00 ± 2.00 [47.24] |" in text
+    assert text.splitlines()[6].startswith("| EDGE-GRPO 1.5B |") and text.splitlines()[6].endswith("| +3.00 [+0.52, +5.48] |")  # headline Δ Avg
+    assert "| GRPO 1.5B | Qwen/Qwen2.5-Math-1.5B | 3 | 49.00 ± 2.65 [40.26] |" in text and "| (baseline) |" in text
+    assert "| EDGE-GRPO 1.5B | GRPO 1.5B | 3 | +3.00 [+0.52, +5.48] | +1.50 [+0.26, +2.74] |" in text
+    for seed, value in (("1", "50.00"), ("2", "52.00"), ("3", "54.00")):
+        assert f"| EDGE-GRPO 1.5B | {seed} | {value} |" in text  # the per-seed section
+    assert "| Qwen/Qwen2.5-Math-1.5B (base) | Qwen/Qwen2.5-Math-1.5B | 1 | 30.00 [25.71] |" in text  # one value: no ± 0
+
+
+def test_a_single_paired_seed_reports_the_difference_without_an_interval_and_says_so(tmp_path):
+    settings = _settings(tmp_path, rows=["grpo_7b", "edge_7b"], seeds=[1])
+    runs = planned_runs(settings)
+    _fake_eval(run_folder(settings, runs[0]), 0.40, 0.1)
+    _fake_eval(run_folder(settings, runs[1]), 0.45, 0.1)
+    table = build_table(settings, runs)
+    edge = table["rows"][1]["vs_baseline"]["Avg"]
+    assert (edge["mean"], edge["n"], edge["interval"]) == (pytest.approx(5.0), 1, None)
+    assert "+5.00 (1 paired seed: no interval)" in table_markdown(table)
+
+
+def test_the_headline_is_the_last_checkpoint_and_the_best_validation_step_only_appears_labelled_optimistic(tmp_path):
+    settings, runs = _three_seed_grpo_and_edge(tmp_path)
+    table = build_table(settings, runs)
+    assert table["checkpoint"] == "last"
+    edge = {row["key"]: row for row in table["rows"]}["edge_1.5b"]
+    # validation means (in %): 20 at step 0, 60 at step 50, 45 at step 100 -> best step 50 (60), last step 100 (45)
+    assert edge["validation"]["per_seed"]["2"] == {"best_step": 50, "best": pytest.approx(60.0), "last_step": 100, "last": pytest.approx(45.0)}
+    assert edge["validation"]["best"]["mean"] == pytest.approx(60.0) and edge["validation"]["last"]["mean"] == pytest.approx(45.0)
+    assert edge["validation"]["label"] == "best step on validation — optimistic"
+    assert edge["columns"]["Avg"]["mean"] == pytest.approx(52.0)  # the headline: the final checkpoint's evaluation
+    text = table_markdown(table)
+    headline, _, rest = text.partition("### ")
+    assert "final checkpoint" in headline and "60.00" not in headline and "optimistic" not in headline
+    assert "### Best step on validation — optimistic (not the headline)" in text
+    assert "| EDGE-GRPO 1.5B | 2 | 50 | 60.00 | 100 | 45.00 |" in text
+    assert {row["key"]: row["validation"] for row in table["rows"]}["base_1.5b"] is None
+
+
+def test_without_validation_metrics_there_is_no_best_step_section(tmp_path):
+    settings = _settings(tmp_path, rows=["grpo_7b"], seeds=[1])
+    runs = planned_runs(settings)
+    _fake_eval(run_folder(settings, runs[0]), 0.40, 0.1)
+    text = table_markdown(build_table(settings, runs))
+    assert "optimistic" not in text and "best step" not in text
+
+
+def test_the_report_plots_every_curve_and_skips_a_metric_a_run_did_not_log(tmp_path):
+    from edge_verl.reproduce.tables import CURVES
+
+    for key in ("edge_verl/edge_eda/abs_adv_p1", "edge_verl/edge_eda/abs_adv_p50", "edge_verl/edge_eda/abs_adv_p99",
+                "edge_verl/edge_eda/entropy_ratio_p1", "edge_verl/edge_eda/entropy_ratio_p50",
+                "edge_verl/edge_eda/entropy_ratio_p99", "actor/grad_norm", "edge_verl/gec/sampled/adv_var"):
+        assert key in CURVES
+    settings = _settings(tmp_path, rows=["grpo_7b", "edge_7b"], seeds=[1])
+    grpo, edge = planned_runs(settings)
+    _fake_training(run_folder(settings, grpo), 0.40, [(1, 0.3)], **{"actor/grad_norm": 1.0})  # no edge_eda/*
+    _fake_training(run_folder(settings, edge), 0.45, [(1, 0.3)], **{"edge_verl/edge_eda/abs_adv_p99": 2.5, "actor/grad_norm": 0.5})
+    lines = []
+    Pipeline(settings, log=lines.append).report([grpo, edge])
+    assert lines == [f"wrote report: {settings.out / 'table.md'}, table.json, curves.png"]
+    assert (settings.out / "curves.png").stat().st_size > 10_000
+
+
+def test_ablation_tables_run_every_ablation_and_control_on_7b_with_only_the_papers_numbers(tmp_path):
+    expected = ["grpo", "gec", "forcer", "eda", "forcer_eda", "edge", "sft", "edge_masked", "edge_sft_injected",
+                "edge_placebo", "edge_drop_first"]
+    for key, train_set, grpo, edge, forcer_eda in (("edge_ablation_random_1k", "random_1k", 46.47, 49.30, 45.71),
+                                                    ("edge_ablation_hard_1k", "hard_1k", 47.69, 53.21, 45.19)):
+        table = TABLES[key]
+        assert [row.method for row in table.rows] == expected and [row.key for row in table.rows] == [f"{m}_7b" for m in expected]
+        assert all(row.size == "7b" and row.train_set == train_set and row.model("fsdp") == "Qwen/Qwen2.5-Math-7B" for row in table.rows)
+        assert table.row("grpo_7b").paper["Avg"] == grpo and table.row("edge_7b").paper["Avg"] == edge
+        assert table.row("forcer_eda_7b").paper == {"Avg": forcer_eda}  # the ablation table gives only Avg
+        assert all(not table.row(f"{m}_7b").paper for m in expected if m not in ("grpo", "edge", "forcer_eda"))
+        assert set(table.row("sft_7b").recipes) == {"fsdp"} and all(set(table.row(f"{m}_7b").recipes) == {"fsdp", "megatron"} for m in expected if m != "sft")
+        assert table.row("edge_masked_7b").recipes["megatron"] == "run_edge-masked_qwen2.5-math-7b_megatron.sh"
+        assert all(table.baseline_of(row, table.rows).key == "grpo_7b" for row in table.rows if row.key != "grpo_7b")
+    settings = _settings(tmp_path, table=TABLES["edge_ablation_hard_1k"], rows=["forcer_eda_7b", "edge_placebo_7b"], seeds=[1])
+    runs = planned_runs(settings)
+    _fake_eval(run_folder(settings, runs[0]), 0.40, 0.1)
+    _fake_eval(run_folder(settings, runs[1]), 0.41, 0.1)
+    text = table_markdown(build_table(settings, runs))
+    assert "| + Force-R & EDA | Qwen/Qwen2.5-Math-7B | 1 | 40.00 [45.19] | 10.00 [—] |" in text
+    assert "| control: EDGE, placebo answers | Qwen/Qwen2.5-Math-7B | 1 | 41.00 [—] | 10.00 [—] |" in text
+
+
+def test_sft_trains_on_the_reference_solutions_and_is_left_out_on_megatron_unless_named(tmp_path, capsys):
+    table = TABLES["edge_ablation_hard_1k"]
+    assert table.row("sft_7b").train_file(Path("d")) == Path("d/sft_hard_1k.parquet")
+    argv = ["reproduce", "edge_ablation_hard_1k", "--seeds", "1", "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main([*argv, "--backend", "megatron"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "leave out row sft_7b: no megatron recipe; has fsdp"
+    assert not any("sft_7b" in line for line in lines[1:])
+    assert sum(line.startswith("would run train") for line in lines) == 10
+    assert main([*argv, "--backend", "megatron", "--rows", "sft_7b"]) == 2
+    assert "row sft_7b has no megatron recipe (has ['fsdp'])" in capsys.readouterr().err
+    assert main([*argv, "--rows", "sft_7b"]) == 0
+    sft = _train_lines(capsys)["sft_7b_seed1"]
+    assert "TRAIN_FILE=" + str(tmp_path / "out" / "data" / "sft_hard_1k.parquet") in sft and "run_sft_qwen2.5-math-7b_fsdp.sh" in sft
+    assert main([*argv, "--rows", "sft_7b", "--train-file", f"hard_1k={tmp_path / 'mine.parquet'}"]) == 2
+    assert "row sft_7b (SFT) trains on the reference solutions" in capsys.readouterr().err

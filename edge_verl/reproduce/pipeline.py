@@ -1,10 +1,13 @@
 """One paper table, end to end: data -> every row's recipe per seed -> evaluation of the final checkpoint ->
-table (markdown + JSON, mean ± std over seeds next to the paper's number) and training curves (PNG).
+table (markdown + JSON: every seed, mean ± std over seeds next to the paper's number, the paired difference
+to the row's baseline with a 95% interval; ``report``) and training curves (PNG); for a sensitivity sweep,
+one plot per coefficient.
 
 Stages and where they write (``OUT`` = ``--out``):
 - ``data``: the training sets the table needs and the evaluation sets, in ``DATA_DIR`` (skipped when every
   file is there);
-- ``train <row> seed <N>``: the row's recipe, unchanged, as a user runs it (``bash recipes/<recipe>``) with
+- ``train <row> seed <N>``: the row's recipe, unchanged, as a user runs it (``bash recipes/<recipe>``, then
+  the row's Hydra overrides, a sensitivity grid point's) with
   SEED, the row's MODEL_PATH (the table's model for the backend, or ``--model``), TRAIN_FILE, its own
   CKPT_DIR=OUT/checkpoints/<row>_seed<N>, RUN_TAG=<table>/<row> (part of the run identity the recipe
   records), PYTHON=this interpreter and verl's file logger pointed at
@@ -12,10 +15,12 @@ Stages and where they write (``OUT`` = ``--out``):
   logger); output in ``train.log``; done when verl exits 0 and the final checkpoint has HF weights;
 - ``eval <row> [seed <N>]``: ``python -m edge_verl.evaluation`` on that checkpoint (a base-model row: on the
   model itself) into ``OUT/runs/<run>/eval/``;
-- ``report``: ``OUT/table.md``, ``OUT/table.json``, ``OUT/curves.png``.
+- ``report``: ``OUT/table.md``, ``OUT/table.json``, ``OUT/curves.png`` (``OUT/sensitivity_<coefficient>.png``).
 
-Before anything runs, ``check_runs`` refuses two runs in one folder and a folder whose finished stage
-belongs to another run (table, row, backend, model, recipe, training file: ``run_identity``).
+Before anything runs, a sweep's grid is validated (GepoConfig), and ``check_runs`` refuses two runs in one
+folder and a folder whose finished stage belongs to another run (table, row, backend, model, recipe,
+training file, overrides: ``run_identity``). By default a row without a recipe for the backend (SFT on
+Megatron) is left out, and says so; named with ``--rows``, it is an error.
 Resumable: a stage that finished wrote ``<stage>.done.json`` and is skipped next time (the report when its
 inputs are unchanged); a re-run of an interrupted training stage resumes from its last checkpoint (verl's
 ``resume_mode=auto``; the recipes' run identity guarantees it is the same run). A failed stage stops the
@@ -36,10 +41,13 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
-from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, mean_std, metric_series, plot
-from edge_verl.reproduce.tables import BACKENDS, BENCHMARK_COLUMNS, CURVES, Row, Table
+from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, metric_series, plot, validation_series
+from edge_verl.reproduce.report import summarize, table_markdown, write_sensitivity_plots
+from edge_verl.reproduce.tables import BACKENDS, CURVES, Row, Table
 
 DONE_SUFFIX = ".done.json"
+# Part of the report's skip test: a new report format redoes the report even when no evaluation changed.
+REPORT_FORMAT = 2
 
 
 class StageFailed(RuntimeError):
@@ -119,6 +127,8 @@ class Settings:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r}; allowed: {list(BACKENDS)}")
+        if self.table.sweep is not None:
+            self.table.sweep.check()
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {list(self.seeds)}: give at least one, each once")
         if self.rows is not None and len(set(self.rows)) != len(self.rows):
@@ -133,6 +143,12 @@ class Settings:
         unknown = set(self.train_files) - set(self.table.train_sets)
         if unknown:
             raise ValueError(f"--train-file for {sorted(unknown)}: the table trains on {list(self.table.train_sets)}")
+        for row in self.selected_rows():
+            if row.supervised and row.train_set in self.train_files:
+                raise ValueError(
+                    f"--train-file {row.train_set}=...: row {row.key} (SFT) trains on the reference solutions, "
+                    f"sft_{row.train_set}.parquet, not on an RL file; leave it out (--rows) or drop --train-file"
+                )
         for key, option in PIPELINE_VARIABLES.items():
             if key in self.env:
                 raise RunCollision(f"--set {key}: the pipeline sets it per run; use {option}")
@@ -153,9 +169,20 @@ class Settings:
                 )
 
     def selected_rows(self) -> list[Row]:
+        """The rows named by --rows, or every row that can run on this backend."""
         if self.rows is None:
-            return list(self.table.rows)
+            return [row for row in self.table.rows if row.key not in self.rows_left_out()]
         return [self.table.row(key) for key in self.rows]
+
+    def rows_left_out(self) -> dict[str, str]:
+        """Row key -> why the default selection leaves it out (no recipe for this backend); {} with --rows."""
+        if self.rows is not None:
+            return {}
+        return {
+            row.key: f"no {self.backend} recipe; has {', '.join(sorted(row.recipes))}"
+            for row in self.table.rows
+            if row.trains and self.backend not in row.recipes
+        }
 
     def model_of(self, row: Row) -> str:
         """The model ``row`` runs on this backend: --model by row, by model, by size, MODEL_PATH, the table's."""
@@ -206,12 +233,14 @@ def run_identity(settings: Settings, run: Run) -> dict:
     identity = {"table": settings.table.key, "row": row.key, "backend": settings.backend, "model": settings.model_of(row)}
     if row.trains:
         identity.update(seed=run.seed, recipe=row.recipes[settings.backend], train_file=str(settings.train_file(row)))
+    if row.overrides:  # only when there are some: the identities recorded before overrides existed still match
+        identity["overrides"] = list(row.overrides)
     return identity
 
 
 def check_runs(settings: Settings, runs: Sequence[Run]) -> None:
     """Before anything runs: no two runs share a folder, and no folder holds a finished stage of another
-    run (another table, row, backend, model, recipe or training file in the same --out)."""
+    run (another table, row, backend, model, recipe, training file or overrides in the same --out)."""
     folders = [checkpoint_folder(settings, run) for run in runs if run.row.trains]
     if len(set(folders)) != len(folders):
         raise RunCollision(f"two runs would train in the same folder: {sorted(map(str, folders))}")
@@ -221,7 +250,8 @@ def check_runs(settings: Settings, runs: Sequence[Run]) -> None:
             recorded = (done or {}).get("identity")
             current = run_identity(settings, run)
             if recorded is not None and recorded != current:
-                changed = ", ".join(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in current if recorded.get(key) != current.get(key))
+                keys = dict.fromkeys([*current, *recorded])
+                changed = ", ".join(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in keys if recorded.get(key) != current.get(key))
                 raise RunCollision(
                     f"{run_folder(settings, run)} holds a finished {stage} stage of another run ({changed}); use another "
                     f"--out for this one, or delete {run_folder(settings, run)} and {checkpoint_folder(settings, run)} to redo it"
@@ -325,7 +355,7 @@ class Pipeline:
         attempt = len(list((folder / "metrics").glob("attempt_*.jsonl"))) + 1
         env = recipe_environment(settings, run, folder / "metrics" / f"attempt_{attempt}.jsonl")
         checkpoint_dir = checkpoint_folder(settings, run)
-        command = ["bash", str(recipe)]
+        command = ["bash", str(recipe), *run.row.overrides]
         if settings.dry_run:
             shown = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
             self.log(f"would run {stage}: {shown} {' '.join(command)}  -> {checkpoint_dir}")
@@ -375,34 +405,44 @@ class Pipeline:
 
     def report(self, runs: list[Run]) -> Optional[dict]:
         settings = self.settings
+        # the evaluations, the training metrics (validation, curves) and what is reported: a change redoes it
         inputs = [run_folder(settings, run) / "eval" / "eval.json" for run in runs]
-        digest = hashlib.sha256(b"".join(path.read_bytes() for path in inputs if path.exists())).hexdigest()
+        inputs += [path for run in runs if run.row.trains for path in sorted((run_folder(settings, run) / "metrics").glob("*.jsonl"))]
+        digest = hashlib.sha256(
+            json.dumps([REPORT_FORMAT, settings.table.key, [run.name for run in runs]]).encode()
+            + b"".join(path.read_bytes() for path in inputs if path.exists())
+        ).hexdigest()
         previous = _done(settings.out, "report")
         if previous is not None and previous.get("inputs") == digest and (settings.out / "table.json").exists():
             self.log(f"skip  report: {settings.out / 'table.md'}")
             return json.loads((settings.out / "table.json").read_text())
+        plots = ["curves.png"] + [f"sensitivity_{name}.png" for name in (settings.table.sweep.points if settings.table.sweep else ())]
         if settings.dry_run:
-            self.log(f"would write report: {settings.out / 'table.md'}, table.json, curves.png")
+            self.log(f"would write report: {settings.out / 'table.md'}, table.json, {', '.join(plots)}")
             return None
-        table = build_table(settings, runs)
+        loaded = {run.name: load_metrics(run_folder(settings, run)) for run in runs if run.row.trains}
+        table = build_table(settings, runs, loaded)
         (settings.out / "table.json").write_text(json.dumps(table, indent=2) + "\n")
         (settings.out / "table.md").write_text(table_markdown(table) + "\n")
         curves = {metric: {} for metric in CURVES}
         for row in settings.selected_rows():
             if row.trains:
-                loaded = [load_metrics(run_folder(settings, run)) for run in runs if run.row == row]
-                for metric in CURVES:
-                    by_step = curves_by_step(metric_series(records, metric) for records in loaded)
+                records = [loaded[run.name] for run in runs if run.row == row]
+                for metric in CURVES:  # a run that did not log the metric adds nothing to its curve
+                    by_step = curves_by_step(metric_series(run_records, metric) for run_records in records)
                     if by_step:
                         curves[metric][row.label] = by_step
         plot(curves, settings.out / "curves.png", CURVES)
-        self.log(f"wrote report: {settings.out / 'table.md'}, table.json, curves.png")
+        written = [path.name for path in write_sensitivity_plots(table, settings.out)]
+        self.log(f"wrote report: {settings.out / 'table.md'}, table.json, {', '.join(['curves.png', *written])}")
         _mark_done(settings.out, "report", {"inputs": digest})
         return table
 
     def run(self) -> Optional[dict]:
         runs = planned_runs(self.settings)
         check_runs(self.settings, runs)
+        for key, reason in self.settings.rows_left_out().items():
+            self.log(f"leave out row {key}: {reason}")
         self.prepare_data()
         for run in runs:
             trained = self.train(run) if run.row.trains else None
@@ -410,7 +450,7 @@ class Pipeline:
         return self.report(runs)
 
 
-# --- the table ---------------------------------------------------------------------------------------------
+# --- the table (edge_verl.reproduce.report) ----------------------------------------------------------------
 
 
 def _percentages(eval_table: dict) -> dict[str, float]:
@@ -418,51 +458,23 @@ def _percentages(eval_table: dict) -> dict[str, float]:
     return {name: 100 * entry["pass@1"] for name, entry in eval_table.items() if "pass@1" in entry}
 
 
-def build_table(settings: Settings, runs: list[Run]) -> dict:
-    """Per row: each seed's pass@1 (%) by column, their mean and sample std, and the paper's number.
-
-    Columns: Avg and the papers' five benchmarks first, then any other benchmark evaluated (AIME25, extras).
-    """
-    evaluated = {run.name: _percentages(load_eval_table(run_folder(settings, run) / "eval")) for run in runs}
-    others = [name for scores in evaluated.values() for name in scores if name not in BENCHMARK_COLUMNS]
-    all_columns = [*BENCHMARK_COLUMNS, *dict.fromkeys(others)]
-    rows = []
-    for row in settings.selected_rows():
-        per_seed = {str(run.seed) if run.seed is not None else "-": evaluated[run.name] for run in runs if run.row == row}
-        columns = {}
-        for column in all_columns:
-            values = [scores[column] for scores in per_seed.values() if column in scores]
-            if values:
-                mean, std, count = mean_std(values)
-                columns[column] = {"mean": mean, "std": std, "n": count, "paper": row.paper.get(column)}
-        rows.append({"key": row.key, "label": row.label, "model": settings.model_of(row), "per_seed": per_seed, "columns": columns})
-    return {
-        "table": settings.table.key,
-        "title": settings.table.title,
-        "backend": settings.backend,
-        "seeds": list(settings.seeds),
-        "evaluation": settings.evaluation.arguments(),
-        "note": settings.table.note,
-        "columns": all_columns,
-        "rows": rows,
-    }
+def _seed_label(run: Run) -> str:
+    return str(run.seed) if run.seed is not None else "-"
 
 
-def table_markdown(table: dict) -> str:
-    """Rows x (Avg, benchmarks): "mean ± std" over seeds (pass@1 %), the paper's number in brackets."""
-    lines = [f"## {table['title']} ({table['backend']}, seeds {', '.join(map(str, table['seeds']))})", ""]
-    columns = table["columns"]
-    lines += ["| row | model | n | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
-    for row in table["rows"]:
-        cells = []
-        for column in columns:
-            entry = row["columns"].get(column)
-            if entry is None:
-                cells.append("-")
-                continue
-            paper = f" [{entry['paper']:.2f}]" if entry["paper"] is not None else ""
-            cells.append(f"{entry['mean']:.2f} ± {entry['std']:.2f}{paper}")
-        count = max((entry["n"] for entry in row["columns"].values()), default=0)
-        lines.append(f"| {row['label']} | {row['model']} | {count} | " + " | ".join(cells) + " |")
-    lines += ["", "pass@1 (%), mean ± sample std over seeds; [paper's number]. " + table["note"]]
-    return "\n".join(lines)
+def build_table(settings: Settings, runs: list[Run], metrics: Optional[dict[str, list[dict]]] = None) -> dict:
+    """The table's JSON (``report.summarize``) from each run's ``eval/eval.json`` and, for the optimistic
+    best-step section, its training metrics (``metrics``: run name -> ``load_metrics`` records; read from
+    the run folders when not given)."""
+    evaluated: dict[str, dict[str, dict[str, float]]] = {}
+    validation: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for run in runs:
+        scores = _percentages(load_eval_table(run_folder(settings, run) / "eval"))
+        evaluated.setdefault(run.row.key, {})[_seed_label(run)] = scores
+        if run.row.trains:
+            records = metrics[run.name] if metrics is not None else load_metrics(run_folder(settings, run))
+            validation.setdefault(run.row.key, {})[_seed_label(run)] = validation_series(records)
+    rows = settings.selected_rows()
+    header = {"backend": settings.backend, "seeds": list(settings.seeds), "evaluation": settings.evaluation.arguments()}
+    models = {row.key: settings.model_of(row) for row in rows}
+    return summarize(settings.table, rows, models, evaluated, validation, header, settings.rows_left_out())

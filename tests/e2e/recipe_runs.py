@@ -68,3 +68,30 @@ def run_recipe_on_cpu(out: Path, recipe: str, algorithm: str, vocab_multiple: in
     output = completed.stdout + completed.stderr
     engines = [line.split(ENGINE_LINE, 1)[1] for line in output.splitlines() if ENGINE_LINE in line]
     return {"records": records, "engines": engines, "output": output}
+
+
+def tiny_reproduce_knobs(inputs: dict, **variables: str) -> dict[str, str]:
+    """The recipe variables ``edge-verl reproduce`` runs the tiny model's tables with (``--set``): the demo's
+    model and validation set on the CPU backend, the tiny scale, 2 steps; ``variables`` override them."""
+    return {
+        "MODEL_PATH": str(inputs["model"]),
+        "EDGE_VERL_CPU": "1",
+        "VAL_FILES": f"[{inputs['val']}]",
+        **TINY_RECIPE_SCALE,
+        "TEMPERATURE": "1.0",
+        "LR": "1e-3",
+        "TOTAL_STEPS": "2",
+        "VAL_BEFORE_TRAIN": "False",
+        "TEST_FREQ": "-1",
+        **variables,
+    }
+
+
+def reproduce_command(table: str, arguments: list, knobs: dict, inputs: dict, eval_limit: str = "3", eval_tokens: str = "16") -> list[str]:
+    """``edge-verl reproduce TABLE ARGUMENTS`` on the evaluation slice (the shipped benchmarks' first
+    ``eval_limit`` problems plus the demo's validation set), every knob as ``--set``."""
+    command = [sys.executable, "-m", "edge_verl.cli", "reproduce", table, *map(str, arguments)]
+    command += ["--eval-limit", eval_limit, "--eval-max-new-tokens", eval_tokens, "--eval-extra", str(inputs["val"])]
+    for key, value in knobs.items():
+        command += ["--set", f"{key}={value}"]
+    return command

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.e2e.gec_checks import INJECTED, check_origin_metrics
 from tests.e2e.recipe_runs import run_recipe_on_cpu
 
 # |p_rollout - p_actor| per response token: the HF rollout samples from the HF weights the Megatron engine
@@ -29,9 +30,10 @@ def assert_rollout_matches_actor(records):
         assert data["training/rollout_probs_diff_max"] < PROBS_DIFF_MAX_BOUND, data["training/rollout_probs_diff_max"]
 
 
-def test_edge_megatron_recipe_trains_with_megatron(tmp_path):
-    # EDA with gradient through entropy in Megatron's loss + GEC; 2 steps, tensor parallel 1
-    run = run_recipe_on_cpu(tmp_path, "run_edge_qwen2.5-math-7b_megatron.sh", "edge", TOTAL_STEPS=2)
+def test_edge_sft_injected_megatron_recipe_trains_with_megatron(tmp_path):
+    # EDA with gradient through entropy in Megatron's loss + GEC with the SFT control (EDGE's recipe with one
+    # switch: the NLL term added to Megatron's loss, per-origin diagnostics); 2 steps, tensor parallel 1
+    run = run_recipe_on_cpu(tmp_path, "run_edge-sft-injected_qwen2.5-math-7b_megatron.sh", "edge", TOTAL_STEPS=2)
     assert_megatron_trained(run, tensor_parallel=1)
     steps = [record["data"] for record in run["records"] if "actor/pg_loss" in record["data"]]
     assert len(steps) == 2
@@ -40,6 +42,11 @@ def test_edge_megatron_recipe_trains_with_megatron(tmp_path):
         assert 0.0 < data["actor/edge_eda/entropy_grad_share"] < 1.0
         assert data["actor/edge_eda/loss_scale_mean"] > 0.0
         assert data["edge_verl/adv/var"] == pytest.approx(data["edge_verl/edge_eda/adv_var_after"], rel=1e-5)
+        check_origin_metrics(data)
+        for origin in INJECTED:  # the surrogate has no gradient through GEC's text; the NLL term trains it
+            assert data.get(f"actor/gec/{origin}/grad_share", 0.0) == 0.0, origin
+        if data["edge_verl/gec/injected_token_frac"] > 0:
+            assert data["actor/gec/sft_nll"] > 0
 
 
 @pytest.fixture(scope="module")

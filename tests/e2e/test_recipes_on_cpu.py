@@ -11,7 +11,11 @@ from tests.e2e.recipe_runs import run_recipe_on_cpu
     [
         # EDGE-GRPO with EDA's gradient form (the recipe's default) and GEC's budget: 16-token first samples
         # (the demo's), corrections up to 64 more tokens; response_length derived by the recipe (16 + 64 + 32).
-        ("run_edge_qwen2.5-math-1.5b_fsdp.sh", "edge", ("edge_verl/gec/responses", "actor/edge_eda/entropy_grad_share"), False),
+        # Its metrics: GEC's, EDA's gradient share and quantiles, per-origin and as-sampled diagnostics.
+        ("run_edge_qwen2.5-math-1.5b_fsdp.sh", "edge", (
+            "edge_verl/gec/responses", "actor/edge_eda/entropy_grad_share", "edge_verl/edge_eda/abs_adv_p99",
+            "actor/gec/sampled/token_share", "actor/gec/phrase/token_share", "edge_verl/gec/sampled/adv_var",
+        ), False),
         # GEPO through the command its DRY_RUN=1 prints, pasted into a shell elsewhere (it runs as printed)
         ("run_gepo_qwen7b.sh", "gepo", ("edge_verl/gepo/h_low",), True),
     ],

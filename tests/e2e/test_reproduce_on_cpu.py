@@ -18,7 +18,7 @@ import pytest
 from edge_verl.demo import task
 from edge_verl.demo.run import DemoConfig, prepare_inputs
 from edge_verl.integration.names import GEC_AGENT_LOOP
-from tests.e2e.recipe_runs import TINY_RECIPE_SCALE, python_environment
+from tests.e2e.recipe_runs import python_environment, reproduce_command, tiny_reproduce_knobs
 from tests.recipe_dry_run import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,22 +34,9 @@ def reproduced(tmp_path_factory):
     inputs = prepare_inputs(DemoConfig(algorithm="grpo", out=root / "demo"))
     train = task.write_parquet(task.make_rows(256, seed=3, split="train"), root / "copy" / "copy_train.parquet")
     task.write_parquet(task.make_rows(256, seed=3, split="train", agent_name=GEC_AGENT_LOOP), root / "copy" / "copy_train_gec.parquet")
-    knobs = {
-        "MODEL_PATH": inputs["model"],
-        "EDGE_VERL_CPU": "1",
-        "VAL_FILES": f"[{inputs['val']}]",
-        **TINY_RECIPE_SCALE,
-        "TEMPERATURE": "1.0",
-        "LR": "1e-3",
-        "TOTAL_STEPS": "2",
-        "VAL_BEFORE_TRAIN": "False",
-        "TEST_FREQ": "-1",
-    }
-    command = [sys.executable, "-m", "edge_verl.cli", "reproduce", "edge_hard_1k", "--seeds", *SEEDS, "--rows", *ROWS]
-    command += ["--out", str(root / "out"), "--train-file", f"hard_1k={train}"]
-    command += ["--eval-limit", EVAL_LIMIT, "--eval-max-new-tokens", EVAL_TOKENS, "--eval-extra", str(inputs["val"])]
-    for key, value in knobs.items():
-        command += ["--set", f"{key}={value}"]
+    knobs = tiny_reproduce_knobs(inputs)
+    arguments = ["--seeds", *SEEDS, "--rows", *ROWS, "--out", root / "out", "--train-file", f"hard_1k={train}"]
+    command = reproduce_command("edge_hard_1k", arguments, knobs, inputs, EVAL_LIMIT, EVAL_TOKENS)
     first = subprocess.run(command, cwd=root, env=python_environment(), capture_output=True, text=True, timeout=2400)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     markers = {path: path.stat().st_mtime_ns for path in (root / "out").rglob("*.done.json")}

@@ -1,0 +1,77 @@
+"""edge_verl.reporting's statistics for "is the gain real": Student's t quantile (exact, no scipy), the paired
+difference over seeds with its interval, and the validation series verl logs during training."""
+
+import math
+
+import pytest
+
+from edge_verl.reporting import best_and_last, paired_difference, student_t_quantile, validation_series
+
+
+@pytest.mark.parametrize(
+    "probability, df, expected",
+    [
+        # two-sided 95% (p = 0.975) from the standard t table, and two other levels
+        (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 3, 3.1824), (0.975, 4, 2.7764), (0.975, 9, 2.2622),
+        (0.975, 10, 2.2281), (0.975, 30, 2.0423), (0.975, 100, 1.9840), (0.995, 3, 5.8409), (0.9, 1, 3.0777),
+    ],
+)
+def test_student_t_quantile_matches_the_printed_table(probability, df, expected):
+    assert student_t_quantile(probability, df) == pytest.approx(expected, abs=5e-5)
+
+
+def test_student_t_quantile_closed_forms_and_the_normal_limit():
+    # df = 1 is Cauchy: t = tan(pi (p - 1/2)); df = 2: t = (2p - 1) sqrt(2 / (4 p (1 - p)))
+    assert student_t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-12)
+    assert student_t_quantile(0.975, 2) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), rel=1e-12)
+    assert student_t_quantile(0.975, 2000) == pytest.approx(1.96115, abs=1e-5)  # tables: 1.9612
+    assert 1.95996 < student_t_quantile(0.975, 20000) < 1.9601  # towards the normal's 1.95996
+    quantiles = [student_t_quantile(0.975, df) for df in range(1, 40)]
+    assert all(a > b for a, b in zip(quantiles, quantiles[1:])), "heavier tails for fewer degrees of freedom"
+    with pytest.raises(ValueError, match="df=0"):
+        student_t_quantile(0.975, 0)
+    with pytest.raises(ValueError, match="probability"):
+        student_t_quantile(0.3, 5)
+
+
+def test_paired_difference_over_three_seeds_with_a_student_t_interval():
+    # method 50, 52, 54 vs GRPO 47, 48, 52 on seeds 1, 2, 3 -> differences 3, 4, 2: mean 3,
+    # sample std sqrt(((3-3)^2 + (4-3)^2 + (2-3)^2) / 2) = 1, standard error 1 / sqrt(3) = 0.57735,
+    # t(0.975, df 2) = 4.302653 -> half-width 2.484138 -> [0.515862, 5.484138]
+    difference = paired_difference({"1": 50, "2": 52, "3": 54}, {"1": 47, "2": 48, "3": 52})
+    assert difference.per_seed == {"1": 3.0, "2": 4.0, "3": 2.0}
+    assert (difference.mean, difference.std, difference.n) == (pytest.approx(3.0), pytest.approx(1.0), 3)
+    assert difference.interval == (pytest.approx(0.515862, abs=1e-6), pytest.approx(5.484138, abs=1e-6))
+    assert difference.as_dict()["interval"] == [pytest.approx(0.515862, abs=1e-6), pytest.approx(5.484138, abs=1e-6)]
+
+
+def test_pairing_is_by_seed_not_by_position():
+    # seed 4 has no GRPO partner and GRPO's seed 9 none of the method: only seeds 1 and 2 pair.
+    # differences 10 - 7 = 3 and 20 - 19 = 1: mean 2, std sqrt(2) = 1.41421, t(0.975, 1) = 12.7062
+    # -> half-width 12.7062 * 1.41421 / sqrt(2) = 12.7062 -> [-10.7062, 14.7062]
+    difference = paired_difference({"2": 20, "1": 10, "4": 99}, {"1": 7, "9": 0, "2": 19})
+    assert difference.n == 2 and set(difference.per_seed) == {"1", "2"} and difference.mean == pytest.approx(2.0)
+    assert difference.interval == (pytest.approx(-10.7062, abs=1e-4), pytest.approx(14.7062, abs=1e-4))
+
+
+def test_one_paired_seed_gives_the_difference_without_an_interval_and_none_gives_nothing():
+    single = paired_difference({"1": 50.0, "2": 60.0}, {"1": 45.5})
+    assert (single.mean, single.n, single.std, single.interval) == (4.5, 1, None, None)
+    assert paired_difference({"1": 50.0}, {"2": 45.0}) is None
+
+
+def test_validation_series_averages_verls_core_metrics_over_validation_sets():
+    records = [
+        {"step": 0, "val-core/aime24/acc/mean@1": 0.1, "val-core/amc/acc/mean@1": 0.3, "actor/entropy": 1.0},
+        {"step": 1, "actor/entropy": 0.9},  # no validation at this step
+        {"step": 50, "val-core/aime24/acc/mean@1": 0.5, "val-core/amc/acc/mean@1": 0.7,
+         "val-aux/aime24/score/mean@1": 99.0, "val-core/amc/acc/maj@1/mean": 99.0},  # aux and maj@ are not the core mean
+        {"step": 100, "val-core/aime24/acc/mean@1": 0.2, "val-core/amc/acc/mean@1": 0.4},
+    ]
+    # unweighted means: (0.1 + 0.3) / 2 = 0.2, (0.5 + 0.7) / 2 = 0.6, (0.2 + 0.4) / 2 = 0.3
+    series = validation_series(records)
+    assert [step for step, _ in series] == [0, 50, 100]
+    assert [score for _, score in series] == [pytest.approx(0.2), pytest.approx(0.6), pytest.approx(0.3)]
+    assert best_and_last(series) == {"best_step": 50, "best": pytest.approx(0.6), "last_step": 100, "last": pytest.approx(0.3)}
+    assert best_and_last([(5, 0.4), (9, 0.4)])["best_step"] == 5  # a tie: the earlier step
+    assert best_and_last([]) is None and validation_series([{"step": 1, "actor/entropy": 1.0}]) == []
