@@ -13,7 +13,8 @@ by GEC, not sampled from the policy; ``edge_gec.injected_loss`` says how the act
 Diagnostics per origin and micro-batch (``origin_sums``), as SUMS so that a ratio of two of them, taken
 after verl has averaged each over micro-batches, data-parallel ranks and mini-batches (the same number
 of values per key), is the token-weighted value over the whole update (``finish_origin_metrics``):
-token share; old-policy log-prob mean; importance ratio pi_theta / pi_old mean and max; clip fraction
+token share; old-policy log-prob mean; importance ratio pi_theta / pi_old mean, and max (the largest of
+each mini-batch, averaged over the update's mini-batches as verl averages every actor metric); clip fraction
 (tokens whose PPO clip is active: A > 0 and ratio > 1 + eps_high, or A < 0 and ratio < 1 - eps_low, with
 the advantage the surrogate received); gradient share: of sum_t |dL/dlogp_t| (the surrogate's gradient with
 respect to each token's log-prob, one ``autograd.grad`` over the loss's elementwise ops, no second

@@ -26,7 +26,8 @@ GEC (``algorithm.edge_gec.enable=True``): the trainer adapter writes each respon
 GEC's injected tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft,
 ``sft_coef``, and ``injected_share``, the step's injected tokens over its response tokens, which turns the
 mini-batch's token count into its injected-token count for the SFT term's token mean). The surrogate then
-receives the advantages and log-probs of ``edge_verl.algorithms.gec_loss.treat_injected``, the SFT term is
+receives the advantages and log-probs of ``edge_verl.algorithms.gec_loss.treat_injected`` (with masked / sft
+in EDA's gradient form, the injected tokens' entropy also enters P_i(theta) as a constant), the SFT term is
 added to verl's loss, and the per-origin sums (``gec_loss.origin_sums``) go into the metrics under
 ``actor/gec/<origin>/...``; the trainer adapters turn them into shares and means once verl has reduced
 them (``gec_loss.finish_origin_metrics``).
@@ -123,7 +124,10 @@ def _options(data: Any, key: str, column: str, writer: str) -> dict:
     return dict(options)
 
 
-def _eda_scale(model_output: Any, data: Any) -> _LossScale:
+def _eda_scale(model_output: Any, data: Any, gec: Optional["_GecTokens"]) -> _LossScale:
+    """EDA's scale from the current entropy; with GEC's masked / sft control, the injected tokens' entropy
+    enters P_i(theta) as a constant (its value kept, its gradient stopped), so that no gradient reaches
+    them through EDA's entropy path either."""
     from verl.workers.utils.padding import no_padding_2_padding
 
     entropy = model_output.get("entropy", None)
@@ -134,6 +138,9 @@ def _eda_scale(model_output: Any, data: Any) -> _LossScale:
         )
     entropy = no_padding_2_padding(entropy, data)
     columns = data.select("response_mask", names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN).to_padded_tensor()
+    if gec is not None and gec.injected_loss != "surrogate":
+        injected = gec_loss.not_sampled(gec.origins.to(entropy.device))
+        entropy = torch.where(injected, entropy.detach(), entropy)
     options = _options(data, names.EDA_OPTIONS_KEY, names.EDA_GROUP_ENTROPY_COLUMN, "the edge_eda estimator")
     return loss_scale(entropy, dict(columns.items()), options)
 
@@ -156,10 +163,9 @@ def _make_ppo_loss(original: Callable) -> Callable:
         from verl.utils.metric import AggregationType, Metric
 
         keys = data.keys()
-        state = _MicroBatch(
-            eda=_eda_scale(model_output, data) if names.EDA_GROUP_ENTROPY_COLUMN in keys else None,
-            gec=_gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None,
-        )
+        gec = _gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None
+        eda = _eda_scale(model_output, data, gec) if names.EDA_GROUP_ENTROPY_COLUMN in keys else None
+        state = _MicroBatch(eda=eda, gec=gec)
         token = _CURRENT.set(state)
         try:
             loss, metrics = original(config, model_output, data, dp_group)

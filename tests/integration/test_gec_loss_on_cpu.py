@@ -46,28 +46,40 @@ def _config(clip=0.2):
     )
 
 
-def _loss(log_prob, old_log_prob, injected_loss="surrogate", sft_coef=1.0, config=None):
-    """verl's ppo_loss on the batch above; ``log_prob`` (3, 4) is a leaf whose gradient the test reads."""
-    mask = _mask()
+def _flat(per_token):
+    """(3, 4) response values in verl's no-padding layout (entry k of a row predicts its token k + 1)."""
     flat = []
-    for row, length in enumerate(LENGTHS):  # verl's no-padding layout: entry k predicts token k + 1
-        flat += [torch.zeros(PROMPT_LENGTH - 1), log_prob[row, :length], torch.zeros(1)]
+    for row, length in enumerate(LENGTHS):
+        flat += [torch.zeros(PROMPT_LENGTH - 1), per_token[row, :length], torch.zeros(1)]
+    return torch.cat(flat)
+
+
+def _loss(log_prob, old_log_prob, injected_loss="surrogate", sft_coef=1.0, config=None, entropy=None):
+    """verl's ppo_loss on the batch above; ``log_prob`` (3, 4) is a leaf whose gradient the test reads.
+    ``entropy`` (3, 4): the current entropy, with EDA's gradient-form columns (old P_hat 1 for every row,
+    group entropy 1) added to the batch."""
+    mask = _mask()
     origins = torch.tensor(ORIGIN_ROWS, dtype=torch.float32) * mask
-    data = TensorDict(
-        {
-            "prompts": torch.full((3, PROMPT_LENGTH), 5),
-            "responses": torch.full((3, 4), 7) * mask.long(),
-            "attention_mask": torch.cat([torch.ones(3, PROMPT_LENGTH, dtype=torch.long), mask.long()], dim=1),
-            "response_mask": mask,
-            "old_log_probs": old_log_prob * mask,
-            "advantages": torch.tensor(ADVANTAGES)[:, None] * mask,
-            names.GEC_ORIGIN_COLUMN: origins,
-        },
-        batch_size=[3],
-    )
+    tensors = {
+        "prompts": torch.full((3, PROMPT_LENGTH), 5),
+        "responses": torch.full((3, 4), 7) * mask.long(),
+        "attention_mask": torch.cat([torch.ones(3, PROMPT_LENGTH, dtype=torch.long), mask.long()], dim=1),
+        "response_mask": mask,
+        "old_log_probs": old_log_prob * mask,
+        "advantages": torch.tensor(ADVANTAGES)[:, None] * mask,
+        names.GEC_ORIGIN_COLUMN: origins,
+    }
     options = {"injected_loss": injected_loss, "sft_coef": sft_coef, "injected_share": 3 / N_TOKENS}
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=N_TOKENS, global_batch_size=3, **{names.GEC_LOSS_OPTIONS_KEY: options})
-    loss, metrics = losses.ppo_loss(config or _config(), {"log_probs": torch.cat(flat)}, data)
+    non_tensors = {names.GEC_LOSS_OPTIONS_KEY: options}
+    model_output = {"log_probs": _flat(log_prob)}
+    if entropy is not None:
+        tensors[names.EDA_GROUP_ENTROPY_COLUMN] = mask.clone()
+        tensors[names.EDA_RATIO_COLUMN] = mask.clone()
+        non_tensors[names.EDA_OPTIONS_KEY] = {"entropy_epsilon": 1e-6, "ratio_clamp": None}
+        model_output["entropy"] = _flat(entropy)
+    data = TensorDict(tensors, batch_size=[3])
+    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=N_TOKENS, global_batch_size=3, **non_tensors)
+    loss, metrics = losses.ppo_loss(config or _config(), model_output, data)
     loss.backward()
     reduced = {f"actor/{key}": [metric.aggregate()] for key, metric in metrics.items() if hasattr(metric, "aggregate")}
     finish_gec_actor_metrics(reduced)
@@ -152,6 +164,22 @@ def test_shares_sum_to_one_on_random_batches():
             if all(share is not None for share in shares):
                 assert sum(shares) == pytest.approx(1.0, abs=1e-6)
             assert sum(metrics[f"actor/gec/{origin}/token_share"] for origin in ORIGINS) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mode", ["surrogate", "masked", "sft"])
+def test_with_edas_gradient_form_no_gradient_reaches_injected_tokens_through_the_entropy_either(mode):
+    log_prob, old = _old_policy()
+    entropy = (0.5 + torch.arange(12.0).reshape(3, 4) / 12).requires_grad_(True)
+    _, grad, metrics = _loss(log_prob, old, injected_loss=mode, entropy=entropy)
+    injected = torch.zeros(3, 4, dtype=torch.bool)
+    injected[1, 2:] = injected[2, 1] = True
+    through_entropy = entropy.grad[injected].abs()
+    if mode == "surrogate":  # the paper: the injected tokens' entropy is part of P_i(theta) like any token's
+        assert bool((through_entropy > 0).all())
+    else:
+        assert float(through_entropy.sum()) == 0.0 and float(grad[1, 2:].abs().sum()) == pytest.approx(0.0 if mode == "masked" else 2 / 3)  # sft: 2 x 1/3 from the NLL
+    assert bool((entropy.grad[0, :3] != 0).all())  # sampled tokens: EDA's entropy path as always
+    assert 0.0 < metrics["actor/edge_eda/entropy_grad_share"][0] < 1.0
 
 
 def test_sums_reduced_over_several_mini_batches_give_token_weighted_statistics():
