@@ -115,14 +115,22 @@ def _make_save_checkpoint(original: Callable) -> Callable:
 _LOSS_HOOK_METRIC = f"actor/{names.EDA_ESTIMATOR}/loss_scale_mean"
 
 
+_GEC_HOOK_PREFIX = f"{names.GEC_ACTOR_SCOPE}/"
+_NOT_IN_WORKERS = "the edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
+
+
 def check_loss_hook_ran(run: Optional[TrainingRun], metric_keys: Iterable[str]) -> None:
-    """EDA's gradient form lives in the actor workers' loss: an update without its metric means the
-    plugin was not loaded there (the detached form would train silently)."""
-    if run is not None and run.entropy_gradient and _LOSS_HOOK_METRIC not in set(metric_keys):
-        raise RuntimeError(
-            f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: the "
-            "edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
-        )
+    """EDA's gradient form and GEC's masked / sft controls live in the actor workers' loss: an update
+    without their metrics means the plugin was not loaded there (the paper's surrogate, or the detached
+    form, would train silently)."""
+    if run is None:
+        return
+    keys = set(metric_keys)
+    if run.entropy_gradient and _LOSS_HOOK_METRIC not in keys:
+        raise RuntimeError(f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: {_NOT_IN_WORKERS}")
+    control = run.gec.injected_loss
+    if run.gec_enabled and control != "surrogate" and not any(key.startswith(_GEC_HOOK_PREFIX) for key in keys):
+        raise RuntimeError(f"algorithm.edge_gec.injected_loss={control} but the actor update reported no {_GEC_HOOK_PREFIX}* metric: {_NOT_IN_WORKERS}")
 
 
 # --- what both adapters compute: advantage statistics, GEC's and the grader's metrics ------------------------

@@ -9,9 +9,8 @@ from edge_verl.algorithms.gec import REFLECTION_PHRASE
 from tests.e2e.gec_checks import check_forced_branch_run, check_origin_metrics, forced_branch_overrides, has_gradient, read_dump
 
 
-# Every branch on the v1 trainer, in the paper's loss except inject_answer, which trains its injected answer
-# with the SFT control (edge_gec.injected_loss=sft; masked on v1, and the legacy trainer's GEC runs, are in
-# test_gec_controls_on_cpu.py).
+# On the v1 trainer: regenerate in the paper's loss, and inject_answer trained with the SFT control
+# (edge_gec.injected_loss=sft); masked on v1 and the legacy trainer's GEC runs are in test_gec_controls_on_cpu.py.
 # The regeneration also caps first samples at 4 tokens (the tiny model's answers are ~10: every one is cut,
 # none correct) with a continuation budget of 6: every regeneration may continue for all 6 tokens (it stops
 # earlier only at EOS, as in the reference), so a trained response is 4 sampled + 31 phrase + <= 6 continued.
@@ -19,8 +18,9 @@ FIRST, BUDGET = 4, 6
 RUNS = {
     "regenerate": (f"algorithm.edge_gec.first_sample_tokens={FIRST}", f"algorithm.edge_gec.continuation_tokens={BUDGET}"),
     "inject_answer": ("+algorithm.edge_gec.injected_loss=sft",),
-    "replace_solution": (),
 }
+# replace_solution with the gold solution: the vLLM rollout's GEC run (test_vllm_rollout_on_cpu.py) checks
+# its tokens response by response, and the legacy placebo run its placebo variant (test_gec_controls_on_cpu.py).
 
 
 @pytest.mark.parametrize("branch", list(RUNS))
@@ -31,7 +31,7 @@ def test_forced_branch_trains_the_corrected_responses(run_cpu_demo, branch):
     metrics = rows[-1]
     check_forced_branch_run(out, metrics, branch, validate)
     check_origin_metrics(metrics)
-    injected = {"regenerate": "phrase", "inject_answer": "answer", "replace_solution": "solution"}[branch]
+    injected = {"regenerate": "phrase", "inject_answer": "answer"}[branch]
     assert metrics[f"actor/gec/{injected}/token_share"] > 0
     if branch == "regenerate":
         check_full_continuation(out, metrics)

@@ -1,9 +1,9 @@
 """``edge-verl reproduce gepo_sensitivity`` end to end on CPU: the paper's point and one other alpha_high,
-one seed (two runs: the CI budget; the interval over seeds is tested on hand-computed tables in
-tests/test_paired_difference.py), through the unchanged GEPO FSDP recipe with the tiny model (the grid point's override appended
-after the script's name), verl's validation at every step, then the evaluation slice, the table with the
-paired difference to the paper's point, the optimistic best-step section read from verl's real
-``val-core`` keys, and the sensitivity plot; a second invocation skips everything.
+one seed, one step each (two runs, for the CI budget; the interval over seeds is tested on hand-computed
+tables in tests/test_paired_difference.py), through the unchanged GEPO FSDP recipe with the tiny model (the
+grid point's override appended after the script's name), verl's validation before and after the step, then
+the evaluation slice, the table with the difference to the paper's point, the optimistic best-step section
+read from verl's real ``val-core`` keys, and the sensitivity plot; a second invocation skips everything.
 
 The training set is the demo's copy task, given the way a user gives their own file (``--train-file
 random_1k=...``); evaluation runs a slice of the shipped benchmarks plus the copy task's validation set.
@@ -30,7 +30,8 @@ def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("sensitivity")
     inputs = prepare_inputs(DemoConfig(algorithm="gepo", out=root / "demo"))
     train = task.write_parquet(task.make_rows(256, seed=3, split="train"), root / "copy" / "copy_train.parquet")
-    knobs = tiny_reproduce_knobs(inputs, VAL_BEFORE_TRAIN="True", TEST_FREQ="1")  # verl validates at every step
+    # one step, validated before and after it (verl's val-core keys at steps 0 and 1)
+    knobs = tiny_reproduce_knobs(inputs, TOTAL_STEPS="1", VAL_BEFORE_TRAIN="True", TEST_FREQ="1")
     arguments = ["--vary", "alpha_high=0.1", "--seeds", *SEEDS, "--out", root / "out", "--train-file", f"random_1k={train}"]
     command = reproduce_command("gepo_sensitivity", arguments, knobs, inputs)
     first = subprocess.run(command, cwd=root, env=python_environment(), capture_output=True, text=True, timeout=3000)
@@ -50,7 +51,7 @@ def test_one_run_per_grid_point_and_seed_each_with_its_override_and_identity(swe
             identity = json.loads((out / "checkpoints" / f"{row}_seed{seed}" / "edge_verl_run.json").read_text())
             assert identity["tag"] == f"gepo_sensitivity/{row}" and identity["method"] == "gepo"
             done = json.loads((out / "runs" / f"{row}_seed{seed}" / "train.done.json").read_text())
-            assert done["step"] == 2 and done["identity"].get("overrides", []) == ([OVERRIDE] if row != "paper" else [])
+            assert done["step"] == 1 and done["identity"].get("overrides", []) == ([OVERRIDE] if row != "paper" else [])
 
 
 def test_the_table_pairs_each_point_with_the_papers_point_and_reads_verls_validation(swept):
@@ -60,8 +61,8 @@ def test_the_table_pairs_each_point_with_the_papers_point_and_reads_verls_valida
     point = rows["alpha_high_0.1"]
     assert point["baseline"] == "paper" and point["vs_baseline"]["Avg"]["n"] == 1
     assert point["vs_baseline"]["Avg"]["interval"] is None  # one paired seed: a difference, no interval
-    for row in rows.values():  # validation before training (step 0) and after steps 1 and 2, from val-core keys
-        assert [entry["last_step"] for entry in row["validation"]["per_seed"].values()] == [2]
+    for row in rows.values():  # validation before training (step 0) and after step 1, from val-core keys
+        assert [entry["last_step"] for entry in row["validation"]["per_seed"].values()] == [1]
         assert all(0 <= entry["best"] <= 100 for entry in row["validation"]["per_seed"].values())
     points = table["sensitivity"]["alpha_high"]["points"]
     assert [(p["value"], p["row"]) for p in points] == [(0.1, "alpha_high_0.1"), (0.2, "paper")]

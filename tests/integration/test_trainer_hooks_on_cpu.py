@@ -432,3 +432,22 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
         preflight.check_run_config(config)
     config.actor_rollout_ref.actor.calculate_entropy = True
     assert preflight.check_run_config(config).entropy_gradient
+
+
+def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():
+    from omegaconf import OmegaConf
+
+    from edge_verl.integration.trainer_hooks import check_loss_hook_ran
+
+    def run(**algorithm):
+        return TrainingRun.from_config(OmegaConf.create(algorithm))
+
+    gec = {"enable": True}
+    # the paper's surrogate needs nothing from the hook; the controls and EDA's gradient form do
+    check_loss_hook_ran(run(adv_estimator="grpo", edge_gec=gec), ["actor/pg_loss"])
+    check_loss_hook_ran(None, [])
+    with pytest.raises(RuntimeError, match="injected_loss=masked .* no actor/gec/"):
+        check_loss_hook_ran(run(adv_estimator="grpo", edge_gec={**gec, "injected_loss": "masked"}), ["actor/pg_loss"])
+    check_loss_hook_ran(run(adv_estimator="grpo", edge_gec={**gec, "injected_loss": "sft"}), ["actor/gec/sampled/token_share"])
+    with pytest.raises(RuntimeError, match="entropy_gradient=True"):
+        check_loss_hook_ran(run(adv_estimator="edge_eda", edge_eda={"entropy_gradient": True}), ["actor/pg_loss"])
