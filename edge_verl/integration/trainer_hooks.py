@@ -133,6 +133,14 @@ def check_loss_hook_ran(run: Optional[TrainingRun], metric_keys: Iterable[str]) 
         raise RuntimeError(f"algorithm.edge_gec.injected_loss={control} but the actor update reported no {_GEC_HOOK_PREFIX}* metric: {_NOT_IN_WORKERS}")
 
 
+def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
+    """Both trainers' ``_update_actor``, on the update's metrics (verl's, reduced): stop a run whose loss
+    hook did not run in the workers, and turn GEC's per-origin sums into their statistics in place."""
+    check_loss_hook_ran(run, metrics)
+    if run is not None and run.gec_enabled:
+        finish_gec_actor_metrics(metrics)
+
+
 # --- what both adapters compute: advantage statistics, GEC's and the grader's metrics ------------------------
 
 
@@ -307,11 +315,7 @@ class LegacyAdapter:
     def update_actor(original: Callable) -> Callable:
         def _update_actor(self, batch, *args, **kwargs):
             output = original(self, batch, *args, **kwargs)
-            run = run_of(self)
-            metrics = output.meta_info.get("metrics", {})
-            check_loss_hook_ran(run, metrics)
-            if run is not None and run.gec_enabled:
-                finish_gec_actor_metrics(metrics)
+            after_actor_update(run_of(self), output.meta_info.get("metrics", {}))
             return output
 
         return _update_actor
@@ -439,10 +443,7 @@ class V1Adapter:
     def update_actor(original: Callable) -> Callable:
         def _update_actor(self, batch, metrics, *args, **kwargs):
             result = original(self, batch, metrics, *args, **kwargs)
-            run = run_of(self)
-            check_loss_hook_ran(run, metrics)
-            if run is not None and run.gec_enabled:
-                finish_gec_actor_metrics(metrics)
+            after_actor_update(run_of(self), metrics)
             return result
 
         return _update_actor
