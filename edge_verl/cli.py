@@ -2,7 +2,8 @@
 plugin's checks on verl's composed config, before Ray starts), ``cpu-overrides``, ``method`` and
 ``method-overrides`` (the methods' definitions, edge_verl/methods.py, as the recipes read them),
 ``run-identity`` (the recipes' guard against resuming another run's checkpoint), ``reproduce`` (a paper
-table: recipes per seed -> evaluation -> table and curves)."""
+table: recipes per seed -> evaluation -> table and curves), ``study`` (methods x seeds on a CPU task, with a
+report of held-out accuracy and training statistics)."""
 
 from __future__ import annotations
 
@@ -106,7 +107,60 @@ def _parser() -> argparse.ArgumentParser:
     from edge_verl.reproduce.cli import add_reproduce_parser
 
     add_reproduce_parser(commands)
+    _add_study_parser(commands, ALGORITHMS, TRAINERS)
     return parser
+
+
+def _add_study_parser(commands, algorithms, trainers) -> None:
+    from edge_verl.demo.task import TASK_NAMES
+    from edge_verl.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, StudyConfig
+
+    defaults = StudyConfig()
+    study = commands.add_parser(
+        "study", help="methods x seeds of real verl runs on a CPU task, validated on held-out problems; report + curves",
+        description="Train every method with every seed (edge-verl demo runs: verl's main_ppo on CPU) on one task, "
+        "validate each run uncorrected on the task's seen and held-out problems, and write OUT/report.md, "
+        "report.json and curves.png (every seed, mean ± std, the paired difference to GRPO with a 95%% interval). "
+        "A re-run skips finished runs; a folder holding another run is refused before anything runs.",
+    )
+    study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime)")
+    study.add_argument("--methods", nargs="+", choices=(*algorithms, "eda"), default=list(DEFAULT_METHODS), metavar="METHOD",
+                       help=f"methods (edge_verl/methods.py; default {' '.join(DEFAULT_METHODS)})")
+    study.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS), help="seeds (default 1 2 3)")
+    study.add_argument("--steps", type=int, default=defaults.steps, help=f"training steps per run (default {defaults.steps})")
+    study.add_argument("--test-freq", type=int, default=None, help="validate every N steps too (default: before training and at the end only)")
+    study.add_argument("--val-samples", type=int, default=defaults.val_samples, help=f"samples per validation problem (default {defaults.val_samples})")
+    study.add_argument("--val-temperature", type=float, default=defaults.val_temperature, help="validation temperature (default 1.0)")
+    study.add_argument("--prompts-per-step", type=int, default=defaults.prompts_per_step, help="prompts per training step (default 8)")
+    study.add_argument("--responses-per-prompt", type=int, default=defaults.responses_per_prompt, help="group size (default 8)")
+    study.add_argument("--trainer", choices=trainers, default=defaults.trainer, help="verl's v1 (default) or legacy trainer")
+    study.add_argument("--out", type=Path, default=defaults.out, help=f"output folder (default {defaults.out})")
+    study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
+    study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
+    study.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run's verl main_ppo")
+
+
+def _study(args: argparse.Namespace) -> int:
+    from edge_verl.study.report import write_report
+    from edge_verl.study.runner import StudyConfig, StudyError, plan, run_study
+
+    try:
+        config = StudyConfig(
+            task=args.task, methods=tuple(args.methods), seeds=tuple(args.seeds), steps=args.steps, test_freq=args.test_freq,
+            val_samples=args.val_samples, val_temperature=args.val_temperature, prompts_per_step=args.prompts_per_step,
+            responses_per_prompt=args.responses_per_prompt, trainer=args.trainer, out=args.out,
+            extra_overrides=tuple(args.overrides),
+        )
+        if args.report_only:
+            plan(config)  # refuses folders of another study before reading them
+            write_report(config)
+            print(f"report: {config.out / 'report.md'}")
+        else:
+            run_study(config, dry_run=args.dry_run)
+    except (ValueError, StudyError) as error:
+        print(f"edge-verl study: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1
+    return 0
 
 
 # What `edge-verl method NAME --field F` can print: the definition's fields and what follows from them.
@@ -260,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return _method(args)
     if args.command == "method-overrides":
         return _method_overrides(args)
+    if args.command == "study":
+        return _study(args)
     from edge_verl.demo.run import DemoConfig, run_demo
 
     suffix = "" if args.rollout == "hf" else f"_{args.rollout}"
@@ -276,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             save_freq=args.save_freq,
             resume=args.resume,
+            advantage_stats=True,  # the plot's advantage-variance panel for every estimator, GRPO included
             extra_overrides=list(args.overrides),
         )
         result = run_demo(config)

@@ -143,6 +143,22 @@ def paired_difference(
     return PairedDifference(per_seed, mean, spread, len(differences), confidence, (mean - half, mean + half))
 
 
+def difference_text(entry: Optional[Mapping], digits: int = 2) -> str:
+    """A paired difference (``PairedDifference.as_dict``) as "+1.23 [-0.50, +2.96]"; one pair: no interval."""
+    if entry is None:
+        return "—"
+    mean = f"{entry['mean']:+.{digits}f}"
+    if entry["interval"] is None:
+        return f"{mean} ({entry['n']} paired seed: no interval)"
+    low, high = entry["interval"]
+    return f"{mean} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table's lines: the header, the rule, one line per row of cells."""
+    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|", *("| " + " | ".join(line) + " |" for line in lines)]
+
+
 def validation_series(records: Sequence[dict]) -> list[tuple[int, float]]:
     """(step, score) at every step verl validated, from one run's records (``load_metrics``): the
     unweighted mean over validation sets of verl's core metric (``val-core/<set>/<acc|reward>/mean@N``)."""

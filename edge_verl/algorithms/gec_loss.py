@@ -28,7 +28,7 @@ from typing import Mapping, Optional
 
 import torch
 
-from edge_verl.algorithms.gec import INJECTED_LOSSES, NOT_SAMPLED, ORIGINS
+from edge_verl.algorithms.gec import INJECTED_LOSSES, NOT_SAMPLED, ORIGINS, SAMPLED
 
 # verl clamps log(pi_theta / pi_old) to this range before exp (core_algos.compute_policy_loss_vanilla).
 LOG_RATIO_CLAMP = 20.0
@@ -36,6 +36,17 @@ LOG_RATIO_CLAMP = 20.0
 RAW_SUMS = ("_tokens", "_old_logprob_sum", "_ratio_sum", "_clipped", "_grad_abs")
 RAW_MAX = "ratio_max"
 NLL_SUM = "_sft_nll_sum"
+
+
+def sampled_token_mean(values: torch.Tensor, origins: torch.Tensor, response_mask: torch.Tensor) -> float:
+    """Token mean of ``values`` (B, T) over the response tokens the policy sampled first (origin
+    ``sampled``: not the phrase, answer or solution GEC wrote, nor a regeneration's continuation), 0 when
+    there are none; non-finite values count as 0."""
+    selected = (origins.to(torch.int64) == SAMPLED) & response_mask.to(torch.bool)
+    count = int(selected.sum())
+    if count == 0:
+        return 0.0
+    return float(torch.nan_to_num(values.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)[selected].sum()) / count
 
 
 def not_sampled(origins: torch.Tensor) -> torch.Tensor:

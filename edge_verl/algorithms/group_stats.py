@@ -179,6 +179,37 @@ def zero_variance_group_fraction(
     return float(tied_group_fraction(std, count))
 
 
+# A response is correct when its score is above this (GEC's default correct_threshold; the papers' rewards are 0/1).
+CORRECT_THRESHOLD = 0.5
+
+
+def outcome_statistics(
+    scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor, threshold: float = CORRECT_THRESHOLD
+) -> dict[str, float]:
+    """How a batch's groups were answered, over the valid responses (groups with none are left out):
+
+    score_mean: mean score; correct_frac: fraction of responses scoring above ``threshold``;
+    all_wrong_group_frac / all_right_group_frac: fraction of groups none / all of whose responses are
+        correct (all-wrong groups are where GRPO's advantage collapses and GEC corrects).
+    Zeros for a batch without valid responses.
+    """
+    valid = valid.to(torch.bool)
+    scores = scores.to(torch.float32)
+    correct = ((scores > threshold) & valid).to(torch.float32)
+    count = group_sum(valid.to(torch.float32), group_index, num_groups)
+    right = group_sum(correct, group_index, num_groups)
+    present = count > 0
+    groups = present.sum().clamp(min=1).to(torch.float32)
+    responses = valid.sum().clamp(min=1).to(torch.float32)
+    values = torch.stack((
+        (scores * valid).sum() / responses,
+        correct.sum() / responses,
+        ((right == 0) & present).sum() / groups,
+        ((right == count) & present).sum() / groups,
+    )).tolist()
+    return dict(zip(("score_mean", "correct_frac", "all_wrong_group_frac", "all_right_group_frac"), values))
+
+
 def advantage_statistics(
     advantages: torch.Tensor, response_mask: torch.Tensor, scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor
 ) -> dict[str, float]:
@@ -220,10 +251,17 @@ def as_sampled_statistics(
     adv_var, zero_variance_group_frac: ``advantage_statistics`` of the GRPO advantages of the rewards as
         sampled (``sampled_scores``, before any correction), grouped as trained;
     adv_var_uncorrected: the variance of the advantages as trained (``advantages`` (B, T)) over the responses
-        left as sampled (``uncorrected`` (B,)) only.
+        left as sampled (``uncorrected`` (B,)) only;
+    score_mean, correct_frac, all_wrong_group_frac, all_right_group_frac: ``outcome_statistics`` of the
+        rewards as sampled (the logged reward of a GEC run is the corrected one).
     """
     outcome, _ = grpo_outcome(sampled_scores, group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=epsilon)
     mask = response_mask.to(torch.float32)
     stats = advantage_statistics(outcome[:, None] * mask, mask, sampled_scores, group_index, num_groups, valid)
     kept = advantage_statistics(advantages, mask, sampled_scores, group_index, num_groups, valid & uncorrected)
-    return {"adv_var": stats["var"], "zero_variance_group_frac": stats["zero_variance_group_frac"], "adv_var_uncorrected": kept["var"]}
+    return {
+        "adv_var": stats["var"],
+        "zero_variance_group_frac": stats["zero_variance_group_frac"],
+        "adv_var_uncorrected": kept["var"],
+        **outcome_statistics(sampled_scores, group_index, num_groups, valid),
+    }

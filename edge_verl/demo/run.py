@@ -1,6 +1,7 @@
 """``edge-verl demo``: a real verl ``main_ppo`` run of a tiny model on CPU, end to end.
 
-It builds the tiny model and byte-level tokenizer locally, writes the copy-a-digit training set, runs
+It builds the tiny model and byte-level tokenizer locally, writes the task's training set (copy-a-digit by
+default; ``task.py`` holds the tasks), runs
 ``python -m verl.trainer.main_ppo`` (verl's own entry point, as a subprocess, with the plugin's CPU
 backend), then turns verl's file log into ``metrics.jsonl`` (one object per training step), draws
 ``metrics.png`` and prints a summary table. This module does not import verl: it only launches it.
@@ -17,13 +18,18 @@ from pathlib import Path
 
 from edge_verl.demo import task
 from edge_verl.integration.cpu.overrides import ROLLOUTS, cpu_environment, cpu_overrides
-from edge_verl.methods import EDA_FORMS, get_method, method_overrides
+from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
-# Methods of edge_verl/methods.py the demo runs (edge_eda: the name of EDA alone there, "eda").
-ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
+# Methods of edge_verl/methods.py the demo runs: the four headline ones first (edge_eda: the name of EDA
+# alone there, "eda"), then every other RL method (ablations, controls, baselines; not SFT).
+HEADLINE_ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
+ALGORITHMS = HEADLINE_ALGORITHMS + tuple(
+    name for name, method in METHODS.items() if method.estimator is not None and name not in HEADLINE_ALGORITHMS + ("eda",)
+)
 TRAINERS = ("v1", "legacy")
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
+    ("edge_verl/gec/sampled/score_mean", "reward sampled"),
     ("response_length/mean", "resp len"),
     ("critic/advantages/max", "adv max"),
     ("critic/advantages/min", "adv min"),
@@ -43,6 +49,8 @@ class DemoConfig:
 
     algorithm: str = "grpo"
     steps: int = 20
+    # The task (edge_verl/demo/task.py): "copy" (the demo's) or "addmod" (the collapse regime).
+    task: str = task.DEFAULT_TASK
     trainer: str = "v1"
     # EDA's form for edge_eda and edge: "gradient" (the reference's, as the EDGE recipes) or "detached".
     eda_form: str = "gradient"
@@ -68,9 +76,20 @@ class DemoConfig:
     rollout: str = "hf"
     # The tiny model's attention heads (hidden size 64); None: the rollout's (ROLLOUT_ATTENTION_HEADS).
     attention_heads: int | None = None
+    # Validation during training, uncorrected, on the task's training problems ("seen") and its held-out
+    # problems ("heldout"), two data sources: before training, every ``test_freq`` steps and at the end, with
+    # ``val_samples`` samples per problem at ``val_temperature``. Off (the demo's default): never validates.
+    # Log every estimator's advantage statistics, verl's GRPO included (+algorithm.edge_metrics.advantage_stats,
+    # as the recipes do): ``edge-verl demo`` and the study turn it on; off, a GRPO run is a plain verl run.
+    advantage_stats: bool = False
+    validate: bool = False
+    test_freq: int = 5
+    val_samples: int = 8
+    val_temperature: float = 1.0
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        task.get_task(self.task)  # raises on an unknown task, naming the defined ones
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
         if self.trainer not in TRAINERS:
@@ -81,23 +100,45 @@ class DemoConfig:
             raise ValueError(f"rollout={self.rollout!r}; allowed: {', '.join(ROLLOUTS)}")
         if self.attention_heads is None:
             self.attention_heads = ROLLOUT_ATTENTION_HEADS[self.rollout]
-        for name in ("steps", "prompts_per_step", "responses_per_prompt"):
+        for name in ("steps", "prompts_per_step", "responses_per_prompt", "test_freq", "val_samples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
         if self.responses_per_prompt < 2:
             raise ValueError("responses_per_prompt must be >= 2: group-relative advantages need a group")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr!r} must be > 0")
+        if not self.val_temperature >= 0:
+            raise ValueError(f"val_temperature={self.val_temperature!r} must be >= 0")
+        if isinstance(self.warm_start_steps, bool) or not isinstance(self.warm_start_steps, int) or self.warm_start_steps < 0:
+            raise ValueError(f"warm_start_steps={self.warm_start_steps!r} must be an integer >= 0")
         self.out = Path(self.out)
 
 
+def model_recipe(config: DemoConfig) -> dict:
+    """What the tiny model in ``out/model`` is built from: a model folder built from another recipe (another
+    task, seed, size or warm start) is rebuilt, never reused."""
+    return {
+        "built_by": "edge_verl.demo.tiny",
+        "task": config.task,
+        "seed": config.seed,
+        "warm_start_steps": config.warm_start_steps,
+        "vocab_multiple": config.vocab_multiple,
+        "attention_heads": config.attention_heads,
+    }
+
+
 def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
-    """Tiny model (warm-started on the answer format) and train/val parquet under ``config.out``."""
+    """Tiny model (warm-started on the answer format, on the task's training problems only) and the train /
+    validation parquet under ``config.out``: ``train`` (the method's file variant), ``val`` (training
+    problems, the demo's set), ``val_seen`` and ``val_heldout`` (every training / held-out problem once)."""
     from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
 
+    the_task = task.get_task(config.task)
     model_dir = config.out / "model"
     data_dir = config.out / "data"
-    if not (model_dir / "model.safetensors").exists():
+    recipe = model_recipe(config)
+    record = model_dir / tiny.RECORD
+    if not (model_dir / "model.safetensors").exists() or not record.exists() or json.loads(record.read_text()) != recipe:
         tokenizer = tiny.build_tokenizer(model_dir)
         model = tiny.build_model(
             tokenizer, seed=config.seed, vocab_multiple=config.vocab_multiple, attention_heads=config.attention_heads
@@ -105,20 +146,25 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
         tiny.warm_start(
             model,
             tokenizer,
-            task.problems(),
+            the_task.warm_start_problems(),
             task.ANSWER_FORMAT,
             steps=config.warm_start_steps,
             seed=config.seed,
             correct_fraction=1.0,
         )
-        tiny.save(model, tokenizer, model_dir)
+        tiny.save(model, tokenizer, model_dir, record=recipe)
     method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
     train = task.write_parquet(
-        task.make_rows(4096, seed=config.seed, split="train", agent_name=method.agent_name),
+        task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name),
         method.train_file(data_dir / "train.parquet"),
     )
-    val = task.write_parquet(task.make_rows(32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
-    return {"model": model_dir, "train": train, "val": val}
+    val_rows = task.training_rows(the_task, 32, seed=config.seed + 1)
+    for row in val_rows:
+        row["extra_info"]["split"] = "test"
+    inputs = {"model": model_dir, "train": train, "val": task.write_parquet(val_rows, data_dir / "val.parquet")}
+    for split in task.VALIDATION_SPLITS:
+        inputs[f"val_{split}"] = task.write_parquet(task.validation_rows(the_task, split), data_dir / f"val_{split}.parquet")
+    return inputs
 
 
 # The demo's sampled answers are capped at 16 tokens (~10-token answers of the byte-level model), GEC's
@@ -150,7 +196,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
             continuation_tokens=GEC_CONTINUATION_TOKENS,
         ),
         f"data.train_files={inputs['train']}",
-        f"data.val_files={inputs['val']}",
+        f"data.val_files={validation_files(config, inputs)}",
         f"data.train_batch_size={batch}",
         "data.max_prompt_length=64",
         f"data.max_response_length={response_length(config.algorithm)}",
@@ -165,15 +211,14 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"actor_rollout_ref.rollout.n={config.responses_per_prompt}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rollouts}",
         "actor_rollout_ref.rollout.temperature=1.0",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=0",
+        *validation_overrides(config),
         "algorithm.use_kl_in_reward=False",
         "reward.custom_reward_function.path=pkg://edge_verl.reward",
         "reward.custom_reward_function.name=compute_score",
         "trainer.logger=[console,file]",
         f"trainer.use_v1={config.trainer == 'v1'}",
         f"trainer.total_training_steps={config.steps}",
-        "trainer.val_before_train=False",
-        "trainer.test_freq=-1",
+        *(["+algorithm.edge_metrics.advantage_stats=True"] if config.advantage_stats else []),
         f"trainer.save_freq={config.save_freq}",
         f"trainer.resume_mode={'auto' if config.resume else 'disable'}",
         f"trainer.default_local_dir={config.out / 'checkpoints'}",
@@ -183,6 +228,31 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         *config.extra_overrides,
     ]
     return overrides
+
+
+def validation_files(config: DemoConfig, inputs: dict[str, Path]) -> str:
+    """``data.val_files``: the seen and held-out sets when the run validates, else the demo's set."""
+    if config.validate:
+        return "[" + ",".join(str(inputs[f"val_{split}"]) for split in task.VALIDATION_SPLITS) + "]"
+    return str(inputs["val"])
+
+
+def validation_overrides(config: DemoConfig) -> list[str]:
+    """When to validate and how to sample; the demo's default never validates (greedy if it is asked to)."""
+    if not config.validate:
+        return ["actor_rollout_ref.rollout.val_kwargs.temperature=0", "trainer.val_before_train=False", "trainer.test_freq=-1"]
+    return [
+        f"actor_rollout_ref.rollout.val_kwargs.temperature={config.val_temperature}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={config.val_samples}",
+        f"actor_rollout_ref.rollout.val_kwargs.do_sample={config.val_temperature > 0}",
+        "trainer.val_before_train=True",
+        f"trainer.test_freq={config.test_freq}",
+    ]
+
+
+def trained_steps(rows: list[dict]) -> list[dict]:
+    """The rows of training steps: a validation-only row (step 0, ``val_before_train``) is not a step."""
+    return [row for row in rows if any(key.startswith(("critic/", "actor/")) for key in row)]
 
 
 def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
@@ -244,12 +314,12 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
         ("policy entropy", present("actor/entropy", "edge_verl/edge_eda/response_entropy_mean", "edge_verl/gepo/group_entropy_mean")),
         (
             "advantage variance before/after shaping, tied groups",
-            [
-                f"edge_verl/{name}/{stat}"
-                for name in ("edge_eda", "gepo")
-                for stat in ("adv_var_before", "adv_var_after", "zero_variance_group_frac")
-                if any(f"edge_verl/{name}/{stat}" in row for row in rows)
-            ],
+            present(
+                "edge_verl/adv/var",
+                "edge_verl/adv/zero_variance_group_frac",
+                *(f"edge_verl/{name}/{stat}" for name in ("edge_eda", "gepo") for stat in ("adv_var_before", "adv_var_after")),
+                "edge_verl/gec/sampled/adv_var",
+            ),
         ),
         (
             "method statistics",
@@ -266,6 +336,7 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
         ),
     ]
     figure, axes = plt.subplots(2, 3, figsize=(15, 7))
+    rows = trained_steps(rows)
     steps = [row["step"] for row in rows]
     for axis, (name, keys) in zip(axes.flat, panels):
         for key in keys:
@@ -284,7 +355,8 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
 
 
 def summarise(rows: list[dict], window: int = 5) -> str:
-    """A small table: first/last ``window`` step means of the main curves."""
+    """A small table: first/last ``window`` training-step means of the main curves."""
+    rows = trained_steps(rows)
     head, tail = rows[:window], rows[-window:]
 
     def mean(part: list[dict], key: str) -> float:

@@ -1,57 +1,174 @@
-"""The demo's task: single-digit problems with a verifiable answer, in verl's RL parquet format.
+"""The demo's tasks, as data: small problems with a verifiable digit answer, in verl's RL parquet format.
 
-"copy" asks the model to repeat a digit ("Copy 7." -> 7). A tiny model warm-started on the answer format
-with random digits starts near 10% accuracy and GRPO lifts it within a few dozen steps, so a CPU run shows
-learning rather than only "it ran". Rows carry the answer and a reference solution in ``extra_info``
-(the fields GEC needs), like the real data preparation.
+- ``copy`` (the demo's default): repeat a digit ("Copy 777777777777" -> 7). A tiny model warm-started on
+  the answer format with random digits starts near 10% accuracy and GRPO lifts it within a few dozen
+  steps, so a CPU run shows learning rather than only "it ran".
+- ``addmod``: the last digit of a sum ("Add 3 5 mod 10" -> 8), a collapse-regime task: after the same warm
+  start the tiny model answers ~5% of the problems (measured), so most groups of 8 samples are all wrong
+  and GRPO's advantage is zero for them -- close to the Hard-1K regime both papers target.
+
+Every task has TRAINING problems (the warm start and the RL training sets draw from these only) and
+HELD-OUT problems, never used by either: the two validation sets, ``<data source>/seen`` (a fixed sample
+of the training problems, as many as are held out) and ``<data source>/heldout``, are separate data
+sources in verl's ``val-core`` metrics. Rows carry the answer
+and a reference solution in ``extra_info`` (the fields GEC needs), like the real data preparation.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
-DATA_SOURCE = "edge_verl/demo_copy"
 ANSWER_FORMAT = "\\boxed{{{}}}"
+# A problem: (question, answer, reference solution ending in the boxed answer, like the papers' data).
+Problem = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: its name, verl ``data_source`` and its training and held-out problems (disjoint)."""
+
+    name: str
+    description: str
+    data_source: str
+    train_problems: tuple[Problem, ...]
+    heldout_problems: tuple[Problem, ...]
+
+    def __post_init__(self) -> None:
+        if not self.train_problems or not self.heldout_problems:
+            raise ValueError(f"task {self.name}: needs training and held-out problems")
+        shared = {q for q, _, _ in self.train_problems} & {q for q, _, _ in self.heldout_problems}
+        if shared:
+            raise ValueError(f"task {self.name}: held-out problems also in training: {sorted(shared)[:3]}")
+
+    def validation_source(self, split: str) -> str:
+        """The ``data_source`` of validation split ``split`` (``seen`` or ``heldout``)."""
+        if split not in VALIDATION_SPLITS:
+            raise ValueError(f"split={split!r}; allowed: {', '.join(VALIDATION_SPLITS)}")
+        return f"{self.data_source}/{split}"
+
+    def seen_problems(self) -> tuple[Problem, ...]:
+        """The ``seen`` validation split: as many training problems as there are held-out ones (all of them
+        when there are fewer), drawn once with ``SEEN_SEED``, so both splits cost the same to validate."""
+        if len(self.train_problems) <= len(self.heldout_problems):
+            return self.train_problems
+        return tuple(random.Random(SEEN_SEED).sample(self.train_problems, len(self.heldout_problems)))
+
+    def warm_start_problems(self) -> list[tuple[str, str]]:
+        """(question, answer) pairs the warm start may see: the training problems only."""
+        return [(question, answer) for question, answer, _ in self.train_problems]
+
+
+VALIDATION_SPLITS = ("seen", "heldout")
+SEEN_SEED = 7
+
+
+def _copy_problem(digit: int, repeat: int) -> Problem:
+    answer = str(digit)
+    return f"Copy {answer * repeat}", answer, f"The digit to copy is {answer}. {ANSWER_FORMAT.format(answer)}"
+
+
+def _addmod_problem(a: int, b: int) -> Problem:
+    answer = str((a + b) % 10)
+    solution = f"{a} + {b} = {a + b}, whose last digit is {answer}. {ANSWER_FORMAT.format(answer)}"
+    return f"Add {a} {b} mod 10", answer, solution
+
+
+# addmod holds out 20 of its 100 (a, b) pairs, drawn once with this seed: the same split for every run.
+ADDMOD_SPLIT_SEED = 2026
+ADDMOD_HELDOUT = 20
+
+
+def _addmod_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
+    pairs = [(a, b) for a in range(10) for b in range(10)]
+    random.Random(ADDMOD_SPLIT_SEED).shuffle(pairs)
+    heldout, train = sorted(pairs[:ADDMOD_HELDOUT]), sorted(pairs[ADDMOD_HELDOUT:])
+    return tuple(_addmod_problem(a, b) for a, b in train), tuple(_addmod_problem(a, b) for a, b in heldout)
+
+
+_ADDMOD_TRAIN, _ADDMOD_HELDOUT = _addmod_split()
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        # Held out: the same digits written 8 times instead of 12, prompts the model never saw.
+        Task("copy", "repeat a digit (the demo's default; ~12% accurate after the warm start)", "edge_verl/demo_copy",
+             tuple(_copy_problem(d, 12) for d in range(10)), tuple(_copy_problem(d, 8) for d in range(10))),
+        Task("addmod", "last digit of a + b (collapse regime: ~5% accurate after the warm start)", "edge_verl/demo_addmod",
+             _ADDMOD_TRAIN, _ADDMOD_HELDOUT),
+    )
+}
+TASK_NAMES = tuple(TASKS)
+DEFAULT_TASK = "copy"
+
+
+def get_task(name: str) -> Task:
+    task = TASKS.get(name)
+    if task is None:
+        raise ValueError(f"task {name!r} is not defined; defined: {', '.join(TASK_NAMES)} (edge_verl/demo/task.py)")
+    return task
+
+
+def _row(task_source: str, index: int, split: str, problem: Problem, agent_name: str | None) -> dict:
+    question, answer, solution = problem
+    row = {
+        "data_source": task_source,
+        "prompt": [{"role": "user", "content": question}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"index": index, "split": split, "answer": answer, "solution": solution},
+    }
+    if agent_name is not None:
+        row["agent_name"] = agent_name
+    return row
+
+
+def training_rows(task: Task, count: int, seed: int, agent_name: str | None = None) -> list[dict]:
+    """``count`` training rows drawn (seeded) from the task's training problems; ``agent_name`` (e.g.
+    "edge_gec") selects verl's agent loop for every row (training data only: validation must run the
+    default loop)."""
+    rng = random.Random(seed)
+    return [
+        _row(task.data_source, index, "train", task.train_problems[rng.randrange(len(task.train_problems))], agent_name)
+        for index in range(count)
+    ]
+
+
+def validation_rows(task: Task, split: str) -> list[dict]:
+    """Every problem of one validation split once (``seen``: training problems, ``Task.seen_problems``;
+    ``heldout``: the others), under its own data source, never marked for GEC."""
+    problems = task.seen_problems() if split == "seen" else task.heldout_problems
+    source = task.validation_source(split)
+    return [_row(source, index, split, problem, None) for index, problem in enumerate(problems)]
+
+
+# --- the copy task under its historical names (tests, evaluation slices and e2e runs read these) -------------
+
+COPY = TASKS["copy"]
+DATA_SOURCE = COPY.data_source
 
 
 def make_problem(digit: int) -> tuple[str, str]:
-    return f"Copy {str(digit) * 12}", str(digit)
+    question, answer, _ = _copy_problem(digit, 12)
+    return question, answer
 
 
 def make_solution(answer: str) -> str:
-    """The reference solution of a row (ends in the boxed answer, like the papers' data)."""
-    return f"The digit to copy is {answer}. {ANSWER_FORMAT.format(answer)}"
+    """The reference solution of a copy row (ends in the boxed answer, like the papers' data)."""
+    return _copy_problem(int(answer), 12)[2]
 
 
 def problems() -> list[tuple[str, str]]:
-    """Every distinct (question, answer) pair of the task."""
-    return [make_problem(digit) for digit in range(10)]
+    """Every distinct (question, answer) training pair of the copy task."""
+    return COPY.warm_start_problems()
 
 
 def make_rows(count: int, seed: int, split: str, agent_name: str | None = None) -> list[dict]:
-    """``count`` rows in verl's RL format; ``agent_name`` (e.g. "edge_gec") selects verl's agent loop
-    for every row (training data only: validation must run the default loop)."""
-    rng = random.Random(seed)
-    rows = []
-    for index in range(count):
-        question, answer = make_problem(rng.randrange(10))
-        rows.append(
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": question}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": answer},
-                "extra_info": {
-                    "index": index,
-                    "split": split,
-                    "answer": answer,
-                    "solution": make_solution(answer),
-                },
-            }
-        )
-        if agent_name is not None:
-            rows[-1]["agent_name"] = agent_name
+    """``count`` copy rows in verl's RL format (split: the ``extra_info`` label), drawn from its training
+    problems as ``training_rows`` does."""
+    rows = training_rows(COPY, count, seed, agent_name)
+    for row in rows:
+        row["extra_info"]["split"] = split
     return rows
 
 

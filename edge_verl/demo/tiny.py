@@ -136,10 +136,14 @@ def warm_start(
     return float(loss.detach())
 
 
-def save(model, tokenizer, out_dir: str | Path) -> Path:
+RECORD = "edge_verl_tiny.json"  # what the model was built from, next to its weights
+
+
+def save(model, tokenizer, out_dir: str | Path, record: dict | None = None) -> Path:
+    """Weights, tokenizer and ``RECORD`` (``record``, by default only who built it) in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir), safe_serialization=True)
     tokenizer.save_pretrained(str(out_dir))
-    (out_dir / "edge_verl_tiny.json").write_text(json.dumps({"built_by": "edge_verl.demo.tiny"}))
+    (out_dir / RECORD).write_text(json.dumps(record or {"built_by": "edge_verl.demo.tiny"}))
     return out_dir

@@ -146,7 +146,7 @@ def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
     """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator; the step's uid grouping)."""
-    from edge_verl.algorithms.group_stats import advantage_statistics
+    from edge_verl.algorithms.group_stats import advantage_statistics, outcome_statistics, response_valid
 
     batch = data.batch
     group_index, num_groups, is_pad = step.grouping(data.non_tensor_batch["uid"])
@@ -154,6 +154,8 @@ def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
     scores = batch["token_level_rewards"].sum(dim=-1).to(torch.float32)
     device = advantages.device
     stats = advantage_statistics(advantages, batch["response_mask"], scores, group_index.to(device), num_groups, ~is_pad.to(device))
+    valid = response_valid(batch["response_mask"], is_pad.to(device))
+    stats.update(outcome_statistics(scores, group_index.to(device), num_groups, valid))
     return prefixed(stats, names.ADVANTAGE_SCOPE)
 
 
@@ -179,14 +181,19 @@ def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tu
     return data
 
 
-def gec_advantage_outputs(run: TrainingRun, step: Any, infos: list, uids: Any, response_mask: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor) -> None:
+def gec_advantage_outputs(
+    run: TrainingRun, step: Any, infos: list, uids: Any, response_mask: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor,
+    entropy: Optional[torch.Tensor] = None,
+) -> None:
     """GEC at the advantage step (any estimator): each response token's origin and the injected tokens'
     treatment for the actor loss (``integration/actor_loss.py``) into the step's loss columns and options,
     and the statistics of the responses as sampled (``edge_verl/gec/sampled/*``, before correction) next to
     those of the advantages as trained (``edge_verl/gec/final/*``) into its metrics. ``infos`` (B,): the
-    rows' ``extra_fields["edge_verl_gec"]`` (None for a row GEC did not run on); ``scores`` (B,) final rewards."""
+    rows' ``extra_fields["edge_verl_gec"]`` (None for a row GEC did not run on); ``scores`` (B,) final rewards;
+    ``entropy`` (B, T): the old policy's per-token entropy, for ``gec/sampled/entropy`` (verl's actor/entropy
+    averages over every trained token, injected ones included)."""
     from edge_verl.algorithms.gec import CorrectionRecord, token_origins
-    from edge_verl.algorithms.gec_loss import not_sampled
+    from edge_verl.algorithms.gec_loss import not_sampled, sampled_token_mean
     from edge_verl.algorithms.group_stats import advantage_statistics, as_sampled_statistics, response_valid
 
     records = [CorrectionRecord.from_dict(info) if isinstance(info, dict) else None for info in infos]
@@ -211,6 +218,8 @@ def gec_advantage_outputs(run: TrainingRun, step: Any, infos: list, uids: Any, r
         norm_by_std=run.norm_adv_by_std, epsilon=epsilon,
     )
     final = advantage_statistics(advantages, mask, final_scores, group_index.cpu(), num_groups, valid)
+    if entropy is not None:
+        sampled["entropy"] = sampled_token_mean(entropy.detach().to(torch.float32).cpu(), origins, mask)
     step.metrics.update(prefixed(sampled, "gec", "sampled"))
     step.metrics.update(prefixed({"adv_var": final["var"], "zero_variance_group_frac": final["zero_variance_group_frac"]}, "gec", "final"))
 
@@ -261,7 +270,8 @@ class LegacyAdapter:
             output = original(self, batch, *args, **kwargs)
             old_log_prob = output[0] if isinstance(output, tuple) else output
             run = run_of(self)
-            if run is not None and run.needs_entropy and "entropys" in old_log_prob.batch.keys():
+            # EDA reads the old entropy; GEC logs that of the sampled tokens (verl pops it after its metric)
+            if run is not None and (run.needs_entropy or run.gec_enabled) and "entropys" in old_log_prob.batch.keys():
                 old_log_prob.batch[names.ENTROPY_COPY_KEY] = old_log_prob.batch["entropys"].clone()
             return output
 
@@ -283,7 +293,8 @@ class LegacyAdapter:
             if run is not None and run.gec_enabled and infos is not None:
                 batch = data.batch
                 scores = batch["token_level_scores"].sum(dim=-1)
-                gec_advantage_outputs(run, step, list(infos), data.non_tensor_batch["uid"], batch["response_mask"], batch["advantages"], scores)
+                gec_advantage_outputs(run, step, list(infos), data.non_tensor_batch["uid"], batch["response_mask"], batch["advantages"], scores,
+                                      entropy=step.inputs.get("entropy"))
             for key, column in step.loss_columns.items():  # the batch goes on to the actor as it is
                 data.batch[key] = column.to(data.batch["advantages"].dtype)
             data.meta_info.update(step.loss_options)
@@ -380,6 +391,7 @@ class V1Adapter:
                 result = original(trainer, batch, metrics, *args, **kwargs)
             if run.gec_enabled:
                 fields = ["extra_fields", "uid", "response_mask", "advantages", "rm_scores"]
+                fields += [] if entropy is not None else ["entropy"]  # the sampled tokens' entropy (gec/sampled/entropy)
                 data = self.tq.kv_batch_get(keys=result.keys, partition_id=result.partition_id, select_fields=fields)
                 extras = data.pop("extra_fields").tolist()
                 uids = np.array([str(uid) for uid in data.pop("uid").tolist()], dtype=object)
@@ -387,7 +399,8 @@ class V1Adapter:
                 padded = data.to_padded_tensor()
                 infos = [extra.get(names.GEC_INFO_KEY) if isinstance(extra, dict) else None for extra in extras]
                 scores = padded["rm_scores"].sum(dim=-1)
-                gec_advantage_outputs(run, step, infos, uids, padded["response_mask"], padded["advantages"], scores)
+                gec_advantage_outputs(run, step, infos, uids, padded["response_mask"], padded["advantages"], scores,
+                                      entropy=entropy if entropy is not None else padded["entropy"])
             metrics.update(step.metrics)
             return self.put_loss_inputs(result, step, response_mask) if step.loss_columns else result
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from edge_verl.reporting import best_and_last, mean_std, paired_difference, plot_sensitivity
+from edge_verl.reporting import best_and_last, difference_text, markdown_table, mean_std, paired_difference, plot_sensitivity
 from edge_verl.reproduce.tables import BENCHMARK_COLUMNS, Row, Table
 
 SWEEP_COLUMN = "Avg"  # a sensitivity point's score: held-out Avg pass@1 (%) of the final checkpoint
@@ -154,20 +154,6 @@ def _cell(entry: Optional[dict], with_paper: bool) -> str:
     return text
 
 
-def _difference_text(entry: Optional[dict]) -> str:
-    if entry is None:
-        return "—"
-    mean = f"{entry['mean']:+.2f}"
-    if entry["interval"] is None:
-        return f"{mean} ({entry['n']} paired seed: no interval)"
-    low, high = entry["interval"]
-    return f"{mean} [{low:+.2f}, {high:+.2f}]"
-
-
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|---" * len(header) + "|", *("| " + " | ".join(line) + " |" for line in lines)]
-
-
 def _headline(table: dict) -> list[str]:
     columns = table["columns"]
     with_paper = any(entry["paper"] is not None for row in table["rows"] for entry in row["columns"].values())
@@ -175,12 +161,12 @@ def _headline(table: dict) -> list[str]:
     for row in table["rows"]:
         count = max((entry["n"] for entry in row["columns"].values()), default=0)
         if row["baseline"] is not None:
-            delta = _difference_text(row["vs_baseline"].get("Avg"))
+            delta = difference_text(row["vs_baseline"].get("Avg"))
         else:
             delta = "(baseline)" if any(other["baseline"] == row["key"] for other in table["rows"]) else "—"
         cells = [_cell(row["columns"].get(column), with_paper) for column in columns]
         lines.append([row["label"], row["model"], str(count), *cells, delta])
-    text = _table(["row", "model", "n", *columns, "Δ Avg vs baseline [95% CI]"], lines)
+    text = markdown_table(["row", "model", "n", *columns, "Δ Avg vs baseline [95% CI]"], lines)
     legend = "pass@1 (%) of each run's final checkpoint (last step), mean ± sample std over seeds"
     legend += "; [paper's number, — where the paper gives none]" if with_paper else ""
     legend += (". Δ: the paired difference to the row's baseline (the GRPO row of the same size, or the table's "
@@ -196,11 +182,11 @@ def _differences(table: dict) -> list[str]:
     columns = table["columns"]
     lines = [
         [row["label"], labels[row["baseline"]], str(max(entry["n"] for entry in row["vs_baseline"].values())),
-         *(_difference_text(row["vs_baseline"].get(column)) for column in columns)]
+         *(difference_text(row["vs_baseline"].get(column)) for column in columns)]
         for row in compared
     ]
     return ["", "### Paired difference to the baseline, every column (points; mean [95% interval over seeds])", "",
-            *_table(["row", "baseline", "pairs", *columns], lines)]
+            *markdown_table(["row", "baseline", "pairs", *columns], lines)]
 
 
 def _per_seed(table: dict) -> list[str]:
@@ -211,7 +197,7 @@ def _per_seed(table: dict) -> list[str]:
             lines.append([row["label"], seed, *(f"{scores[column]:.2f}" if column in scores else "-" for column in columns)])
     if not lines:
         return []
-    return ["", "### Per seed (pass@1 %, final checkpoint)", "", *_table(["row", "seed", *columns], lines)]
+    return ["", "### Per seed (pass@1 %, final checkpoint)", "", *markdown_table(["row", "seed", *columns], lines)]
 
 
 def _optimistic(table: dict) -> list[str]:
@@ -230,7 +216,7 @@ def _optimistic(table: dict) -> list[str]:
         "verl's validation during training (val-core mean@N, unweighted mean over the validation sets, %). The best "
         "step is picked after the fact, on data that is by default the headline's benchmarks, and its checkpoint is "
         "not the one the headline evaluated: an upper bound, not a result.", "",
-        *_table(["row", "seed", "best step", "best (%)", "last step", "last (%)"], lines),
+        *markdown_table(["row", "seed", "best step", "best (%)", "last step", "last (%)"], lines),
     ]
 
 
@@ -242,10 +228,10 @@ def _sensitivity(table: dict) -> list[str]:
         for point in found["points"]:
             spread = f"{point['mean']:.2f} ± {point['std']:.2f}" if "mean" in point else "-"
             per_seed = [f"{point['per_seed'][seed]:.2f}" if seed in point["per_seed"] else "-" for seed in seeds]
-            delta = "(paper's point)" if point["paper_point"] else _difference_text(point["vs_paper"])
+            delta = "(paper's point)" if point["paper_point"] else difference_text(point["vs_paper"])
             lines.append([f"{point['value']:g}" + (" (paper)" if point["paper_point"] else ""), point["row"], *per_seed, spread, delta])
         text += ["", f"### Sensitivity to {coefficient} (paper {found['paper_value']:g}; plot sensitivity_{coefficient}.png)", "",
-                 *_table(["value", "row", *(f"seed {seed}" for seed in seeds), "mean ± std", "Δ vs paper's point [95% CI]"], lines)]
+                 *markdown_table(["value", "row", *(f"seed {seed}" for seed in seeds), "mean ± std", "Δ vs paper's point [95% CI]"], lines)]
     if text:
         text += ["", f"Score: held-out {SWEEP_COLUMN} pass@1 (%) of each run's final checkpoint."]
     return text

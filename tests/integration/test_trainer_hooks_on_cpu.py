@@ -287,6 +287,9 @@ def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
     with advantage_step(TrainingRun.from_config(OmegaConf.create(ASKED))) as step:
         out = utils.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
     assert step.metrics["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    # 1 correct of 8 responses; group b has no correct response (all-wrong), no group is all-right
+    outcomes = {key: step.metrics[f"edge_verl/adv/{key}"] for key in ("score_mean", "correct_frac", "all_wrong_group_frac", "all_right_group_frac")}
+    assert outcomes == {"score_mean": 0.125, "correct_frac": 0.125, "all_wrong_group_frac": 0.5, "all_right_group_frac": 0.0}
     assert STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
 
 

@@ -1,0 +1,312 @@
+"""The study's report, read back from each run's own ``metrics.jsonl``: ``report.json`` (every number, the
+metric it was read from, the run's folder and metrics file), ``report.md`` and ``curves.png``.
+
+What a run reports (``COLUMNS``):
+- accuracy on the held-out and on the seen problems at the LAST validation (after the last step; the
+  headline), and before training (step 0: the same model for every method of a seed);
+- training statistics, each the mean over the last half of the training steps (steps > steps / 2):
+  reward and group outcomes AS SAMPLED (a GEC run's logged reward is its corrected one; its sampled
+  statistics are ``edge_verl/gec/sampled/*``), policy entropy (on the sampled tokens, and on every trained
+  token as verl logs it), advantage variance before shaping (GRPO's
+  advantages of the rewards as trained) and after (what the loss saw), response length, GEC's injected
+  token share.
+A column lists the metrics that may hold it, the first one a run logged wins (``sources`` in the JSON says
+which): e.g. the sampled reward is ``edge_verl/gec/sampled/score_mean`` in a GEC run, ``critic/score/mean``
+otherwise. Per method: every seed, mean ± sample std, and the paired difference to GRPO over the seeds both
+ran with a 95% Student-t interval (``edge_verl.reporting``, shared with ``edge-verl reproduce``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from edge_verl.demo import task as tasks
+from edge_verl.demo.run import trained_steps
+from edge_verl.reporting import (
+    VALIDATION_KEY,
+    difference_text,
+    load_metrics,
+    markdown_table,
+    mean_std,
+    paired_difference,
+    plot,
+)
+from edge_verl.study.runner import BASELINE, DONE_FILE, StudyConfig, source_commit
+
+CONFIDENCE = 0.95
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    """One reported number per run. ``split``: a validation accuracy (``final`` after the last step, else
+    at step 0); otherwise ``metrics``: the candidate metric names, the first a run logged wins, averaged
+    over the run's window."""
+
+    key: str
+    label: str
+    description: str
+    metrics: tuple[str, ...] = ()
+    split: Optional[str] = None
+    final: bool = True
+    digits: int = 3
+
+
+COLUMNS = (
+    Column("heldout_acc", "held-out acc", "accuracy on the held-out problems after the last step", split="heldout"),
+    Column("seen_acc", "seen acc", "accuracy on the seen (training) problems after the last step", split="seen"),
+    Column("heldout_acc_start", "held-out acc @0", "held-out accuracy before training", split="heldout", final=False),
+    Column("seen_acc_start", "seen acc @0", "seen accuracy before training", split="seen", final=False),
+    Column("reward_sampled", "reward (sampled)", "training reward of the responses as sampled",
+           ("edge_verl/gec/sampled/score_mean", "critic/score/mean")),
+    Column("reward_trained", "reward (trained)", "training reward of the responses as trained (GEC: corrected)",
+           ("critic/score/mean",)),
+    Column("entropy_sampled", "entropy (sampled)", "old policy's entropy on the tokens it sampled (GEC: first attempts only)",
+           ("edge_verl/gec/sampled/entropy", "actor/entropy")),
+    Column("entropy", "entropy (trained)", "verl's actor/entropy: every trained token (GEC: injected text included)", ("actor/entropy",)),
+    Column("adv_var_before", "adv var before", "variance of the GRPO advantages before shaping (rewards as trained)",
+           ("edge_verl/edge_eda/adv_var_before", "edge_verl/gepo/adv_var_before", "edge_verl/adv/var")),
+    Column("adv_var_after", "adv var after", "variance of the advantages as trained (after EDA's / GEPO's shaping)",
+           ("edge_verl/adv/var",)),
+    Column("adv_var_sampled", "adv var (sampled)", "variance of the GRPO advantages of the rewards as sampled",
+           ("edge_verl/gec/sampled/adv_var", "edge_verl/edge_eda/adv_var_before", "edge_verl/gepo/adv_var_before", "edge_verl/adv/var")),
+    Column("zero_var_groups", "tied groups (sampled)", "fraction of groups whose sampled rewards all tie",
+           ("edge_verl/gec/sampled/zero_variance_group_frac", "edge_verl/adv/zero_variance_group_frac")),
+    Column("all_wrong_groups", "all-wrong groups", "fraction of groups with no correct sampled response",
+           ("edge_verl/gec/sampled/all_wrong_group_frac", "edge_verl/adv/all_wrong_group_frac")),
+    Column("all_right_groups", "all-right groups", "fraction of groups whose sampled responses are all correct",
+           ("edge_verl/gec/sampled/all_right_group_frac", "edge_verl/adv/all_right_group_frac")),
+    Column("response_length", "response length", "mean trained response length in tokens (GEC: after correction)",
+           ("response_length/mean",), digits=1),
+    Column("injected_token_frac", "injected tokens", "GEC: fraction of trained tokens that were injected",
+           ("edge_verl/gec/injected_token_frac",)),
+)
+COLUMN_KEYS = tuple(column.key for column in COLUMNS)
+HEADLINE = ("heldout_acc", "seen_acc")
+
+
+def validation_points(records: Sequence[dict], source: str) -> list[tuple[int, float]]:
+    """(step, accuracy) at every validation of one data source (verl's ``val-core/<source>/acc/mean@N``)."""
+    points = []
+    for record in records:
+        for key, value in record.items():
+            match = VALIDATION_KEY.match(key)
+            if match and match["source"] == source and match["variable"] == "acc" and value is not None:
+                points.append((record["step"], float(value)))
+    return points
+
+
+def window_of(steps: int) -> tuple[int, int]:
+    """The training steps the statistics average over: the last half, (steps / 2, steps]."""
+    return steps // 2 + 1, steps
+
+
+def run_values(records: Sequence[dict], task: tasks.Task, steps: int) -> dict:
+    """One run's numbers: {values: column -> value, sources: column -> metric read, validation: split ->
+    [(step, accuracy)]}; a column the run does not log is absent."""
+    low, high = window_of(steps)
+    trained = [record for record in trained_steps(list(records)) if low <= record["step"] <= high]
+    values, sources = {}, {}
+    validation = {split: validation_points(records, task.validation_source(split)) for split in tasks.VALIDATION_SPLITS}
+    for column in COLUMNS:
+        if column.split is not None:
+            points = validation[column.split]
+            wanted = [value for step, value in points if (step == max(s for s, _ in points) if column.final else step == 0)] if points else []
+            if wanted:
+                values[column.key], sources[column.key] = wanted[0], f"val-core/{task.validation_source(column.split)}/acc"
+            continue
+        for metric in column.metrics:
+            found = [float(record[metric]) for record in trained if record.get(metric) is not None]
+            if found:
+                values[column.key], sources[column.key] = statistics.mean(found), metric
+                break
+    return {"values": values, "sources": sources, "validation": {split: [list(p) for p in points] for split, points in validation.items()}}
+
+
+def summarize(config: StudyConfig) -> dict:
+    """The report as data, from the finished runs' folders (a run without ``done.json`` is listed as not
+    finished and left out of every statistic)."""
+    task = tasks.get_task(config.task)
+    runs, not_finished = {}, []
+    for method, seed in config.runs():
+        folder = config.run_folder(method, seed)
+        done = folder / DONE_FILE
+        if not done.exists():
+            not_finished.append(config.run_name(method, seed))
+            continue
+        entry = run_values(load_metrics(folder), task, config.steps)
+        entry.update({
+            "method": method,
+            "seed": seed,
+            "folder": str(folder.relative_to(config.out)),
+            "metrics_file": str((folder / "metrics.jsonl").relative_to(config.out)),
+            **{key: value for key, value in json.loads(done.read_text()).items() if key in ("seconds", "commit", "modified")},
+        })
+        runs[config.run_name(method, seed)] = entry
+    methods = {}
+    for method in config.methods:
+        per_seed = {str(run["seed"]): run["values"] for run in runs.values() if run["method"] == method}
+        summary = {}
+        for key in COLUMN_KEYS:
+            values = [scores[key] for scores in per_seed.values() if key in scores]
+            if values:
+                mean, std, count = mean_std(values)
+                summary[key] = {"mean": mean, "std": std, "n": count}
+        methods[method] = {"per_seed": per_seed, "summary": summary, "vs_baseline": {}}
+    baseline = methods.get(BASELINE)
+    if baseline is not None:
+        for method, found in methods.items():
+            if method == BASELINE:
+                continue
+            for key in COLUMN_KEYS:
+                mine = {seed: scores[key] for seed, scores in found["per_seed"].items() if key in scores}
+                theirs = {seed: scores[key] for seed, scores in baseline["per_seed"].items() if key in scores}
+                difference = paired_difference(mine, theirs, CONFIDENCE)
+                if difference is not None:
+                    found["vs_baseline"][key] = difference.as_dict()
+    low, high = window_of(config.steps)
+    return {
+        "format": FORMAT,
+        "study": config.as_dict(),
+        "task": {"name": task.name, "description": task.description, "train_problems": len(task.train_problems),
+                 "heldout_problems": len(task.heldout_problems), "seen_problems": len(task.seen_problems())},
+        "report_commit": source_commit(),
+        "run_commits": sorted({f"{run.get('commit')}{' (modified)' if run.get('modified') else ''}" for run in runs.values()}),
+        "baseline": BASELINE if baseline is not None else None,
+        "confidence": CONFIDENCE,
+        "window": {"from_step": low, "to_step": high},
+        "columns": [{"key": c.key, "label": c.label, "description": c.description, "metrics": list(c.metrics)} for c in COLUMNS],
+        "wall_time_s": round(sum(run["seconds"] for run in runs.values()), 1),
+        "runs": runs,
+        "not_finished": not_finished,
+        "methods": methods,
+    }
+
+
+# --- markdown ------------------------------------------------------------------------------------------------
+
+_BY_KEY = {column.key: column for column in COLUMNS}
+
+
+def _cell(entry: Optional[dict], digits: int) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry['mean']:.{digits}f}" + (f" ± {entry['std']:.{digits}f}" if entry["n"] > 1 else "")
+
+
+def command_of(study: dict) -> str:
+    """The ``edge-verl study`` command that regenerates a report (its options as recorded)."""
+    defaults = StudyConfig(out=Path(study["out"]))
+    parts = ["edge-verl study"]
+    for name, flag in (("task", "--task"), ("steps", "--steps"), ("test_freq", "--test-freq"), ("val_samples", "--val-samples"),
+                       ("val_temperature", "--val-temperature"), ("prompts_per_step", "--prompts-per-step"),
+                       ("responses_per_prompt", "--responses-per-prompt"), ("trainer", "--trainer")):
+        if study[name] != getattr(defaults, name):
+            parts.append(f"{flag} {study[name]}")
+    if tuple(study["methods"]) != defaults.methods:
+        parts.append("--methods " + " ".join(study["methods"]))
+    if tuple(study["seeds"]) != defaults.seeds:
+        parts.append("--seeds " + " ".join(map(str, study["seeds"])))
+    parts.append(f"--out {study['out']}")
+    parts += list(study["extra_overrides"])
+    return " ".join(parts)
+
+
+def report_markdown(report: dict) -> str:
+    study, methods = report["study"], report["methods"]
+    low, high = report["window"]["from_step"], report["window"]["to_step"]
+    commit = ", ".join(report["run_commits"]) or "none"
+    lines = [
+        f"## Study: {report['task']['name']} — {len(study['methods'])} methods × {len(study['seeds'])} seeds × {study['steps']} steps",
+        "",
+        f"Task: {report['task']['description']}; {report['task']['train_problems']} training problems, "
+        f"{report['task']['heldout_problems']} held out (never in the warm start or training), "
+        f"{report['task']['seen_problems']} of the training problems validated as 'seen'. Validation: uncorrected, "
+        f"{study['val_samples']} samples per problem at temperature {study['val_temperature']:g}. Trainer: verl's {study['trainer']}; "
+        f"{study['prompts_per_step']} prompts x {study['responses_per_prompt']} responses per step.",
+        f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min. Regenerate: `{command_of(study)}`.",
+        "",
+    ]
+    baseline = report["baseline"]
+    head = []
+    for method, found in methods.items():
+        cells = [method, str(max((e["n"] for e in found["summary"].values()), default=0))]
+        for key in HEADLINE:
+            cells.append(_cell(found["summary"].get(key), 3))
+            cells.append("(baseline)" if method == baseline else difference_text(found["vs_baseline"].get(key), 3))
+        cells += [_cell(found["summary"].get("heldout_acc_start"), 3), _cell(found["summary"].get("reward_sampled"), 3)]
+        head.append(cells)
+    lines += markdown_table(
+        ["method", "seeds", "held-out acc", f"Δ vs {baseline} [95% CI]", "seen acc", f"Δ vs {baseline} [95% CI]",
+         "held-out acc @0", "reward (sampled)"], head)
+    lines += ["", f"Accuracy after the last step (mean ± sample std over seeds). Δ: paired by seed (same model, warm start "
+              f"and data order), mean [95% interval, Student t, df = n − 1]. Training statistics: mean over steps {low}-{high}.", ""]
+    training = [key for key in COLUMN_KEYS if key not in HEADLINE and not key.endswith("_start")]
+    lines += ["### Training statistics (mean ± std over seeds)", ""]
+    lines += markdown_table(["method", *(_BY_KEY[key].label for key in training)],
+                            [[method, *(_cell(found["summary"].get(key), _BY_KEY[key].digits) for key in training)]
+                             for method, found in methods.items()])
+    compared = [(method, found) for method, found in methods.items() if found["vs_baseline"]]
+    if compared:
+        columns = [key for key in COLUMN_KEYS if any(key in found["vs_baseline"] for _, found in compared)]
+        lines += ["", f"### Paired difference to {baseline}, every column (mean [95% interval over seeds])", ""]
+        lines += markdown_table(["method", *(_BY_KEY[key].label for key in columns)],
+                                [[method, *(difference_text(found["vs_baseline"].get(key), _BY_KEY[key].digits) for key in columns)]
+                                 for method, found in compared])
+    lines += ["", "### Per seed", ""]
+    per_seed = [[name, *(f"{run['values'][key]:.{_BY_KEY[key].digits}f}" if key in run["values"] else "-" for key in COLUMN_KEYS),
+                 f"[metrics]({run['metrics_file']})"] for name, run in report["runs"].items()]
+    lines += markdown_table(["run", *(_BY_KEY[key].label for key in COLUMN_KEYS), "file"], per_seed)
+    lines += ["", "### Columns", ""]
+    lines += [f"- **{c['label']}**: {c['description']}" + (f"; read from the first logged of `{'`, `'.join(c['metrics'])}`" if c["metrics"] else "")
+              for c in report["columns"]]
+    if report["not_finished"]:
+        lines += ["", "Not finished (left out): " + ", ".join(report["not_finished"]) + "."]
+    lines += ["", "A ~90k-parameter model on a synthetic task, a few CPU steps: not the papers' setting (7B models, "
+              "thousands of steps, math benchmarks). It tests whether the methods do what they claim to the "
+              "training signal here, and reports what it finds."]
+    return "\n".join(lines) + "\n"
+
+
+# --- curves --------------------------------------------------------------------------------------------------
+
+CURVES = ("heldout_acc", "seen_acc", "reward_sampled", "entropy_sampled", "adv_var_sampled", "adv_var_after", "all_wrong_groups",
+          "response_length")
+
+
+def curves_of(config: StudyConfig, report: dict) -> dict:
+    """column -> method -> {step: [value per seed]}: validation accuracies at every validation, training
+    columns at every training step, each run's column read from the metric its report used."""
+    task = tasks.get_task(config.task)
+    curves: dict[str, dict[str, dict[int, list[float]]]] = {key: {} for key in CURVES}
+    for name, run in report["runs"].items():
+        records = load_metrics(config.out / run["folder"])
+        for key in CURVES:
+            column = _BY_KEY[key]
+            if column.split is not None:
+                series = validation_points(records, task.validation_source(column.split))
+            elif key in run["sources"]:
+                metric = run["sources"][key]
+                series = [(r["step"], float(r[metric])) for r in trained_steps(records) if r.get(metric) is not None]
+            else:
+                continue
+            by_step = curves[key].setdefault(run["method"], {})
+            for step, value in series:
+                by_step.setdefault(step, []).append(value)
+    return curves
+
+
+def write_report(config: StudyConfig) -> dict:
+    """``report.json``, ``report.md`` and ``curves.png`` in ``config.out``; returns the report."""
+    report = summarize(config)
+    config.out.mkdir(parents=True, exist_ok=True)
+    (config.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (config.out / "report.md").write_text(report_markdown(report))
+    if report["runs"]:
+        titles = {key: f"{_BY_KEY[key].label}" for key in CURVES}
+        plot(curves_of(config, report), config.out / "curves.png", titles=titles, columns=4)
+    return report

@@ -1,0 +1,239 @@
+"""The study's runs: every (method, seed) is one ``edge-verl demo`` run (verl's real ``main_ppo`` on CPU)
+on the study's task, validated uncorrected on the task's seen and held-out problems.
+
+Layout under ``OUT``: ``runs/<method>_seed<N>/`` (the demo's files: ``metrics.jsonl``, ``verl.log``,
+``command.txt``, ``model/``, ``data/``) with ``study_run.json`` (what the run is: its identity) and, once
+verl exited 0 with every step logged, ``done.json`` (its wall time); then ``report.md``, ``report.json`` and
+``curves.png`` (``report``).
+
+Resumable like ``edge-verl reproduce``: a finished run (``done.json``, same identity) is skipped; an
+interrupted one is run again from the start (the runs save no checkpoints; its old metrics are removed
+first). Before anything runs, every run folder is checked: a folder holding another run (another task,
+scale, method, seed or override: any field of its identity) is refused, so two rows never share a run.
+The same seed gives every method the same tiny model, warm start and training-data order, so methods are
+compared seed by seed (paired).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, TextIO
+
+from edge_verl.demo import task as tasks
+from edge_verl.demo.run import ALGORITHMS, TRAINERS, DemoConfig, run_demo, trained_steps
+from edge_verl.methods import get_method
+
+# The default study: the baseline, each remedy alone, both papers' methods and the controls of EDGE's GEC.
+DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "gec", "edge_masked", "edge_placebo")
+BASELINE = "grpo"
+DEFAULT_TASK = "addmod"
+DEFAULT_SEEDS = (1, 2, 3)
+IDENTITY_FILE = "study_run.json"
+DONE_FILE = "done.json"
+FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
+
+
+class StudyError(RuntimeError):
+    """A study that cannot start (bad options, a folder holding another run) or a run that failed."""
+
+
+@dataclass
+class StudyConfig:
+    """Options of ``edge-verl study`` (validated in ``__post_init__``; the scale fields are the demo's).
+
+    The default scale (7 methods x 3 seeds x 10 steps, validation with 8 samples per problem before training
+    and after the last step) was chosen to finish in under an hour on 2 idle cores; README's "Does it
+    work?" states the measured time. ``test_freq`` None: validate only before training and at the end.
+    """
+
+    task: str = DEFAULT_TASK
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    steps: int = 10
+    test_freq: Optional[int] = None
+    val_samples: int = 8
+    val_temperature: float = 1.0
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
+    trainer: str = "v1"
+    out: Path = Path("runs/study")
+    extra_overrides: tuple[str, ...] = ()
+    # Filled in: the scale fields of DemoConfig that the study does not change (lr, warm start), recorded
+    # in every identity so that a changed default is a changed run.
+    demo_defaults: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        tasks.get_task(self.task)
+        self.methods, self.seeds = tuple(self.methods), tuple(self.seeds)
+        if not self.methods:
+            raise ValueError("methods: name at least one method")
+        for method in self.methods:
+            if get_method(method).estimator is None or method not in ALGORITHMS + ("eda",):
+                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(ALGORITHMS)}")
+        for values, name in ((self.methods, "methods"), (self.seeds, "seeds")):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}={list(values)!r} names one twice")
+        if not self.seeds or any(isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 for seed in self.seeds):
+            raise ValueError(f"seeds={list(self.seeds)!r}: one or more integers >= 0")
+        if self.trainer not in TRAINERS:
+            raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
+        self.out = Path(self.out)
+        self.extra_overrides = tuple(self.extra_overrides)
+        probe = self.demo_config(self.methods[0], self.seeds[0])  # validates the scale the demo's way
+        self.demo_defaults = {"lr": probe.lr, "lr_warmup_steps": probe.lr_warmup_steps, "warm_start_steps": probe.warm_start_steps}
+
+    def run_name(self, method: str, seed: int) -> str:
+        return f"{method}_seed{seed}"
+
+    def run_folder(self, method: str, seed: int) -> Path:
+        return self.out / "runs" / self.run_name(method, seed)
+
+    def demo_config(self, method: str, seed: int) -> DemoConfig:
+        return DemoConfig(
+            algorithm=method,
+            task=self.task,
+            steps=self.steps,
+            trainer=self.trainer,
+            seed=seed,
+            out=self.run_folder(method, seed),
+            prompts_per_step=self.prompts_per_step,
+            responses_per_prompt=self.responses_per_prompt,
+            advantage_stats=True,
+            validate=True,
+            test_freq=self.steps if self.test_freq is None else self.test_freq,
+            val_samples=self.val_samples,
+            val_temperature=self.val_temperature,
+            extra_overrides=list(self.extra_overrides),
+        )
+
+    def identity(self, method: str, seed: int) -> dict:
+        """Everything that makes run (method, seed) what it is."""
+        return {
+            "format": FORMAT,
+            "task": self.task,
+            "method": method,
+            "seed": seed,
+            "steps": self.steps,
+            "trainer": self.trainer,
+            "test_freq": self.test_freq,
+            "val_samples": self.val_samples,
+            "val_temperature": self.val_temperature,
+            "prompts_per_step": self.prompts_per_step,
+            "responses_per_prompt": self.responses_per_prompt,
+            "extra_overrides": list(self.extra_overrides),
+            **self.demo_defaults,
+        }
+
+    def runs(self) -> list[tuple[str, int]]:
+        """(method, seed) in run order: seed by seed, so an interrupted study has whole seeds to compare."""
+        return [(method, seed) for seed in self.seeds for method in self.methods]
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data.update(out=str(self.out), methods=list(self.methods), seeds=list(self.seeds), extra_overrides=list(self.extra_overrides))
+        return data
+
+
+def source_commit() -> dict:
+    """{commit, modified} of the source tree this package runs from (commit None outside a git checkout):
+    recorded with every finished run, so a report says which code trained its numbers."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> Optional[str]:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "modified": bool(status) if status is not None else None}
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_state(config: StudyConfig, method: str, seed: int) -> str:
+    """``done`` (finished, this identity), ``partial`` (this identity, not finished) or ``new`` (empty);
+    raises ``StudyError`` when the folder holds another run."""
+    folder = config.run_folder(method, seed)
+    recorded = _read_json(folder / IDENTITY_FILE)
+    if recorded is None:
+        if folder.exists() and any(folder.iterdir()):
+            raise StudyError(f"{folder} holds files but no {IDENTITY_FILE}: not a study run; move it or pick another --out")
+        return "new"
+    wanted = config.identity(method, seed)
+    if recorded != wanted:
+        changed = sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
+        detail = ", ".join(f"{key}: {recorded.get(key)!r} there, {wanted.get(key)!r} now" for key in changed)
+        raise StudyError(
+            f"{folder} holds another run ({detail}); a study's runs share one scale: use another --out, or delete the folder to redo it"
+        )
+    return "done" if (folder / DONE_FILE).exists() else "partial"
+
+
+def plan(config: StudyConfig) -> list[tuple[str, int, str]]:
+    """(method, seed, state) of every run, every folder checked before anything runs."""
+    return [(method, seed, run_state(config, method, seed)) for method, seed in config.runs()]
+
+
+def _clear_partial(folder: Path) -> None:
+    for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE):
+        (folder / name).unlink(missing_ok=True)
+
+
+def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict:
+    """Train one run; returns its ``done.json`` record. Raises ``StudyError`` (with the log) when verl failed
+    or did not log every step."""
+    folder = config.run_folder(method, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    _clear_partial(folder)
+    (folder / IDENTITY_FILE).write_text(json.dumps(config.identity(method, seed), indent=1) + "\n")
+    result = run_demo(config.demo_config(method, seed), stream=stream)
+    steps = [row["step"] for row in trained_steps(result["rows"])]
+    if result["returncode"] != 0:
+        raise StudyError(f"run {config.run_name(method, seed)} failed (verl exit {result['returncode']}); log: {folder / 'verl.log'}")
+    if steps != list(range(1, config.steps + 1)):
+        raise StudyError(f"run {config.run_name(method, seed)} logged steps {steps}, not 1..{config.steps}; log: {folder / 'verl.log'}")
+    done = {"seconds": round(result["seconds"], 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit()}
+    (folder / DONE_FILE).write_text(json.dumps(done) + "\n")
+    return done
+
+
+def run_study(config: StudyConfig, stream: Optional[TextIO] = None, dry_run: bool = False) -> Optional[dict]:
+    """Every run not yet done, then the report; returns the report (None for a dry run). Stops at the first
+    failed run, after writing the report of the runs that finished. ``stream``: progress (default stdout)."""
+    from edge_verl.study.report import write_report
+
+    stream = stream or sys.stdout
+
+    states = plan(config)
+    todo = [(method, seed) for method, seed, state in states if state != "done"]
+    stream.write(f"edge-verl study: task {config.task}, {len(config.methods)} methods x {len(config.seeds)} seeds x "
+                 f"{config.steps} steps; {len(states) - len(todo)} of {len(states)} runs done, out={config.out}\n")
+    if dry_run:
+        for method, seed, state in states:
+            stream.write(f"  {config.run_name(method, seed):<28}{state}\n")
+        return None
+    started = time.time()
+    failure = None
+    for number, (method, seed) in enumerate(todo, 1):
+        stream.write(f"[{number}/{len(todo)}] {config.run_name(method, seed)} ({time.time() - started:.0f} s so far)\n")
+        stream.flush()
+        try:
+            run_one(config, method, seed, stream)
+        except StudyError as error:
+            failure = error
+            break
+    report = write_report(config)
+    stream.write(f"report: {config.out / 'report.md'} ({time.time() - started:.0f} s this invocation)\n")
+    if failure is not None:
+        raise failure
+    return report

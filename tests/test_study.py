@@ -1,0 +1,216 @@
+"""``edge-verl study`` without verl: the tasks' splits, the study's options and run folders (resumable, never
+two runs in one folder), and the report computed from metrics files written here by hand."""
+
+import json
+import math
+import random
+
+import pytest
+
+from edge_verl.cli import main
+from edge_verl.demo import task as tasks
+from edge_verl.demo.run import DemoConfig, build_overrides
+from edge_verl.study import report as study_report
+from edge_verl.study.runner import DONE_FILE, IDENTITY_FILE, StudyConfig, StudyError, plan, run_state
+
+
+# --- tasks ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", tasks.TASK_NAMES)
+def test_every_task_holds_out_problems_never_trained_or_warm_started_on(name):
+    task = tasks.get_task(name)
+    train = {question for question, _, _ in task.train_problems}
+    heldout = {question for question, _, _ in task.heldout_problems}
+    assert train and heldout and not train & heldout
+    assert {question for question, _ in task.warm_start_problems()} == train
+    rows = tasks.training_rows(task, 500, seed=3, agent_name="edge_gec")
+    assert {row["prompt"][0]["content"] for row in rows} <= train and all(row["agent_name"] == "edge_gec" for row in rows)
+    seen = tasks.validation_rows(task, "seen")
+    held = tasks.validation_rows(task, "heldout")
+    assert {row["prompt"][0]["content"] for row in seen} <= train
+    assert {row["prompt"][0]["content"] for row in held} == heldout
+    assert {row["data_source"] for row in seen} == {task.validation_source("seen")} != {task.validation_source("heldout")}
+    assert not any("agent_name" in row for row in seen + held), "validation is never corrected"
+    for row in rows + seen + held:  # every row carries what GEC and the reward read
+        info = row["extra_info"]
+        assert info["answer"] == row["reward_model"]["ground_truth"] and info["solution"].endswith("\\boxed{%s}" % info["answer"])
+
+
+def test_addmod_answers_are_last_digits_of_the_sum_and_the_split_is_fixed():
+    task = tasks.get_task("addmod")
+    assert len(task.train_problems) == 80 and len(task.heldout_problems) == 20 and len(task.seen_problems()) == 20
+    for question, answer, _ in task.train_problems + task.heldout_problems:
+        _, a, b, _, _ = question.split()
+        assert answer == str((int(a) + int(b)) % 10)
+    assert tasks.get_task("addmod").heldout_problems == tasks._addmod_split()[1]
+
+
+def test_the_copy_task_writes_the_rows_the_demo_always_wrote():
+    # The demo's data before tasks became data: a digit per row from random.Random(seed).randrange(10).
+    rng = random.Random(5)
+    digits = [rng.randrange(10) for _ in range(20)]
+    rows = tasks.make_rows(20, seed=5, split="train")
+    assert [row["prompt"][0]["content"] for row in rows] == [f"Copy {str(d) * 12}" for d in digits]
+    assert [row["extra_info"]["solution"] for row in rows] == [f"The digit to copy is {d}. \\boxed{{{d}}}" for d in digits]
+    assert tasks.get_task("copy").seen_problems() == tasks.get_task("copy").train_problems  # 10 <= 10: all of them
+
+
+def test_unknown_tasks_and_overlapping_splits_are_refused():
+    with pytest.raises(ValueError, match="defined: copy, addmod"):
+        tasks.get_task("nope")
+    problem = ("Q", "1", "\\boxed{1}")
+    with pytest.raises(ValueError, match="also in training"):
+        tasks.Task("bad", "", "x", (problem,), (problem,))
+    with pytest.raises(ValueError, match="task 'nope'"):
+        DemoConfig(task="nope")
+
+
+def test_a_validating_demo_validates_on_both_splits_and_the_default_demo_never_does(tmp_path):
+    paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet",
+             "val_seen": tmp_path / "s.parquet", "val_heldout": tmp_path / "h.parquet"}
+    plain = build_overrides(DemoConfig(out=tmp_path), paths)
+    assert f"data.val_files={paths['val']}" in plain and "trainer.test_freq=-1" in plain and "trainer.val_before_train=False" in plain
+    assert not any("advantage_stats" in option for option in plain), "a plain demo GRPO run is a plain verl run"
+    study = build_overrides(DemoConfig(out=tmp_path, validate=True, test_freq=4, val_samples=3, advantage_stats=True), paths)
+    assert f"data.val_files=[{paths['val_seen']},{paths['val_heldout']}]" in study
+    for option in ("trainer.val_before_train=True", "trainer.test_freq=4", "actor_rollout_ref.rollout.val_kwargs.n=3",
+                   "actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "+algorithm.edge_metrics.advantage_stats=True"):
+        assert option in study
+
+
+# --- the study's options and folders -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"methods": ("grpo", "sft")}, "not an RL method"),
+    ({"methods": ("grpo", "nope")}, "not defined"),
+    ({"methods": ("grpo", "grpo")}, "names one twice"),
+    ({"methods": ()}, "at least one"),
+    ({"seeds": ()}, "seeds"),
+    ({"seeds": (1, -1)}, "seeds"),
+    ({"task": "nope"}, "task 'nope'"),
+    ({"steps": 0}, "steps"),
+    ({"val_samples": 0}, "val_samples"),
+    ({"trainer": "v2"}, "trainer"),
+])
+def test_bad_study_options_are_refused(tmp_path, options, message):
+    with pytest.raises(ValueError, match=message):
+        StudyConfig(out=tmp_path, **options)
+
+
+def test_run_folders_are_resumable_and_never_shared(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "edge"), seeds=(1, 2), steps=2)
+    assert [(m, s) for m, s, _ in plan(config)] == [("grpo", 1), ("edge", 1), ("grpo", 2), ("edge", 2)]
+    assert {state for _, _, state in plan(config)} == {"new"}
+    folder = config.run_folder("edge", 1)
+    folder.mkdir(parents=True)
+    (folder / IDENTITY_FILE).write_text(json.dumps(config.identity("edge", 1)))
+    assert run_state(config, "edge", 1) == "partial"
+    (folder / DONE_FILE).write_text("{}")
+    assert run_state(config, "edge", 1) == "done"
+    longer = StudyConfig(out=tmp_path, methods=("edge",), seeds=(1,), steps=3)
+    with pytest.raises(StudyError, match="steps: 2 there, 3 now"):
+        plan(longer)
+    with pytest.raises(StudyError, match="extra_overrides"):
+        run_state(StudyConfig(out=tmp_path, methods=("edge",), seeds=(1,), steps=2, extra_overrides=("trainer.x=1",)), "edge", 1)
+    stray = config.run_folder("grpo", 2)
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(StudyError, match="not a study run"):
+        plan(config)
+
+
+def test_the_cli_dry_run_lists_the_runs_and_bad_options_exit_2(tmp_path, capsys):
+    assert main(["study", "--methods", "grpo", "gepo", "--seeds", "4", "--steps", "3", "--out", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 methods x 1 seeds x 3 steps; 0 of 2 runs done" in out and "gepo_seed4" in out
+    assert not (tmp_path / "runs").exists(), "a dry run writes nothing"
+    assert main(["study", "--steps", "0", "--out", str(tmp_path), "--dry-run"]) == 2
+    assert "steps=0" in capsys.readouterr().err
+
+
+# --- the report, from metrics files written by hand ----------------------------------------------------------
+
+
+def _write_run(config, method, seed, records, seconds=60.0):
+    folder = config.run_folder(method, seed)
+    folder.mkdir(parents=True)
+    (folder / IDENTITY_FILE).write_text(json.dumps(config.identity(method, seed)))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    (folder / DONE_FILE).write_text(json.dumps({"seconds": seconds, "commit": "abc", "modified": False}))
+
+
+HELD = "val-core/edge_verl/demo_addmod/heldout/acc/mean@8"
+SEEN = "val-core/edge_verl/demo_addmod/seen/acc/mean@8"
+
+
+def _records(heldout_end, reward, gec=False):
+    """4 training steps; validation at step 0 and after step 4; rewards per step."""
+    rows = [{"step": 0, HELD: 0.05, SEEN: 0.04}]
+    for step, value in enumerate(reward, 1):
+        row = {"step": step, "critic/score/mean": value, "actor/entropy": 1.0 + step, "edge_verl/adv/var": 0.5,
+               "edge_verl/adv/all_wrong_group_frac": 0.25 * step, "response_length/mean": 10.0}
+        if gec:
+            row.update({"critic/score/mean": 0.9, "edge_verl/gec/sampled/score_mean": value, "edge_verl/gec/sampled/entropy": 0.5,
+                        "edge_verl/gec/sampled/all_wrong_group_frac": 0.5, "edge_verl/gec/injected_token_frac": 0.3})
+        rows.append(row)
+    rows[-1].update({HELD: heldout_end, SEEN: heldout_end + 0.1})
+    return rows
+
+
+def test_the_report_reads_each_number_from_the_runs_metrics_files(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "edge"), seeds=(1, 2, 3), steps=4)
+    held = {"grpo": (0.10, 0.20, 0.30), "edge": (0.15, 0.20, 0.40)}
+    for method in config.methods:
+        for seed, value in zip(config.seeds, held[method]):
+            _write_run(config, method, seed, _records(value, [0.1, 0.2, 0.3, 0.5 + seed / 10], gec=method == "edge"))
+    report = study_report.write_report(config)
+    run = report["runs"]["grpo_seed2"]
+    # the window is the last half of 4 steps: steps 3 and 4
+    assert report["window"] == {"from_step": 3, "to_step": 4}
+    assert run["values"]["heldout_acc"] == 0.20 and run["values"]["heldout_acc_start"] == 0.05
+    assert run["values"]["seen_acc"] == pytest.approx(0.30) and run["values"]["seen_acc_start"] == 0.04
+    assert run["values"]["reward_sampled"] == pytest.approx((0.3 + 0.7) / 2)
+    assert run["values"]["entropy"] == pytest.approx((4.0 + 5.0) / 2) == run["values"]["entropy_sampled"]
+    assert run["values"]["all_wrong_groups"] == pytest.approx((0.75 + 1.0) / 2)
+    assert "injected_token_frac" not in run["values"]
+    edge = report["runs"]["edge_seed1"]
+    # a GEC run: the sampled columns read GEC's as-sampled metrics, the trained reward the corrected one
+    assert edge["sources"]["reward_sampled"] == "edge_verl/gec/sampled/score_mean"
+    assert edge["sources"]["entropy_sampled"] == "edge_verl/gec/sampled/entropy"
+    assert edge["values"]["reward_trained"] == 0.9 and edge["values"]["all_wrong_groups"] == 0.5
+    assert run["sources"]["reward_sampled"] == "critic/score/mean"
+    # held-out: grpo 0.1 0.2 0.3 (mean 0.2, std 0.1); edge - grpo per seed: 0.05, 0, 0.1 -> mean 0.05, std 0.05,
+    # 95% interval 0.05 +- t(0.975, 2) * 0.05 / sqrt(3) = 0.05 +- 4.3027 * 0.028868 = 0.05 +- 0.12421
+    summary = report["methods"]["grpo"]["summary"]["heldout_acc"]
+    assert summary["mean"] == pytest.approx(0.2) and summary["std"] == pytest.approx(0.1) and summary["n"] == 3
+    delta = report["methods"]["edge"]["vs_baseline"]["heldout_acc"]
+    assert delta["per_seed"] == pytest.approx({"1": 0.05, "2": 0.0, "3": 0.1})
+    assert delta["mean"] == pytest.approx(0.05) and delta["interval"] == pytest.approx([0.05 - 0.12421, 0.05 + 0.12421], abs=1e-4)
+    assert report["methods"]["grpo"]["vs_baseline"] == {}
+    assert report["wall_time_s"] == 360.0 and report["run_commits"] == ["abc"] and report["not_finished"] == []
+    text = (tmp_path / "report.md").read_text()
+    assert "+0.050 [-0.074, +0.174]" in text and "0.200 ± 0.100" in text and "[metrics](runs/grpo_seed1/metrics.jsonl)" in text
+    assert "edge-verl study --steps 4 --methods grpo edge" in text
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_an_unfinished_run_is_listed_and_left_out(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "gepo"), seeds=(1,), steps=2)
+    _write_run(config, "grpo", 1, _records(0.1, [0.1, 0.2]))
+    (config.run_folder("gepo", 1)).mkdir(parents=True)
+    report = study_report.summarize(config)
+    assert report["not_finished"] == ["gepo_seed1"] and list(report["runs"]) == ["grpo_seed1"]
+    assert report["methods"]["gepo"]["summary"] == {} and math.isclose(report["wall_time_s"], 60.0)
+    assert "Not finished (left out): gepo_seed1." in study_report.report_markdown(report)
+
+
+def test_the_regenerating_command_round_trips_through_the_cli(tmp_path, capsys):
+    config = StudyConfig(out=tmp_path, task="copy", methods=("grpo", "eda"), seeds=(5, 6), steps=3, test_freq=2, val_samples=2,
+                         trainer="legacy", extra_overrides=("trainer.save_freq=2",))
+    command = study_report.command_of(config.as_dict())
+    assert command.startswith("edge-verl study --task copy --steps 3 --test-freq 2 --val-samples 2 --trainer legacy")
+    assert main(command.split()[1:] + ["--dry-run"]) == 0
+    assert "2 methods x 2 seeds x 3 steps" in capsys.readouterr().out
