@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
         help="verl's grpo, edge_eda, gepo, or edge (EDA + GEC) (default grpo)",
     )
     demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    from edge_verl.demo.task import DEFAULT_TASK, TASK_NAMES
+
+    demo.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK,
+                      help=f"the task (edge_verl/demo/task.py; default {DEFAULT_TASK}; addmod: the collapse regime)")
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
     demo.add_argument(
         "--eda-form", choices=EDA_FORMS, default="gradient",
@@ -37,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--out", type=Path, default=None,
-        help="output folder (default runs/demo_<algorithm>_<trainer>, + _vllm with --rollout vllm)",
+        help="output folder (default runs/demo_<algorithm>_<trainer>, + _vllm with --rollout vllm, + _<task> for another task)",
     )
     demo.add_argument("--seed", type=int, default=0, help="seed of the tiny model, the data and verl (default 0)")
     demo.add_argument("--lr", type=float, default=1e-3, help="actor learning rate (default 1e-3, the tiny model's)")
@@ -137,11 +141,13 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
     study.add_argument("--out", type=Path, default=defaults.out, help=f"output folder (default {defaults.out})")
     study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
+    study.add_argument("--export", type=Path, default=None, metavar="DIR",
+                       help="copy the finished runs' metrics files and the report, recomputed from the copies, to DIR; run nothing")
     study.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run's verl main_ppo")
 
 
 def _study(args: argparse.Namespace) -> int:
-    from edge_verl.study.report import write_report
+    from edge_verl.study.report import export, write_report
     from edge_verl.study.runner import StudyConfig, StudyError, plan, run_study
 
     try:
@@ -151,7 +157,10 @@ def _study(args: argparse.Namespace) -> int:
             responses_per_prompt=args.responses_per_prompt, trainer=args.trainer, out=args.out,
             extra_overrides=tuple(args.overrides),
         )
-        if args.report_only:
+        if args.export is not None:
+            export(config, args.export)
+            print(f"exported: {args.export / 'report.md'}")
+        elif args.report_only:
             plan(config)  # refuses folders of another study before reading them
             write_report(config)
             print(f"report: {config.out / 'report.md'}")
@@ -317,13 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "study":
         return _study(args)
     from edge_verl.demo.run import DemoConfig, run_demo
+    from edge_verl.demo.task import DEFAULT_TASK
 
-    suffix = "" if args.rollout == "hf" else f"_{args.rollout}"
+    suffix = ("" if args.rollout == "hf" else f"_{args.rollout}") + ("" if args.task == DEFAULT_TASK else f"_{args.task}")
     out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}{suffix}"
     try:
         config = DemoConfig(
             algorithm=args.algorithm,
             steps=args.steps,
+            task=args.task,
             trainer=args.trainer,
             eda_form=args.eda_form,
             rollout=args.rollout,

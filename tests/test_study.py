@@ -214,3 +214,26 @@ def test_the_regenerating_command_round_trips_through_the_cli(tmp_path, capsys):
     assert command.startswith("edge-verl study --task copy --steps 3 --test-freq 2 --val-samples 2 --trainer legacy")
     assert main(command.split()[1:] + ["--dry-run"]) == 0
     assert "2 methods x 2 seeds x 3 steps" in capsys.readouterr().out
+
+
+def test_an_export_keeps_what_recomputes_the_report_and_gives_the_same_numbers(tmp_path, capsys):
+    config = StudyConfig(out=tmp_path / "study", methods=("grpo", "gepo"), seeds=(1, 2), steps=4)
+    for method in config.methods:
+        for seed in config.seeds:
+            _write_run(config, method, seed, _records(0.1 * seed, [0.1, 0.2, 0.3, 0.4]))
+    (config.run_folder("grpo", 1) / "verl.log").write_text("big")
+    original = study_report.write_report(config)
+    published = tmp_path / "docs" / "results"
+    arguments = ["study", "--methods", "grpo", "gepo", "--seeds", "1", "2", "--steps", "4", "--out", str(config.out)]
+    assert main([*arguments, "--export", str(published)]) == 0
+    exported = json.loads((published / "report.json").read_text())
+    assert exported["runs"] == original["runs"] and exported["methods"] == original["methods"]
+    assert sorted(path.name for path in (published / "runs" / "grpo_seed1").iterdir()) == sorted(["metrics.jsonl", IDENTITY_FILE, DONE_FILE])
+    assert main([*arguments, "--export", str(config.out)]) == 2  # never onto itself
+
+
+def test_every_method_of_the_default_study_is_a_demo_config_before_anything_runs(tmp_path):
+    config = StudyConfig(out=tmp_path)
+    for method in config.methods:  # "eda" is EDA under its method name (the demo's --algorithm says edge_eda)
+        demo = config.demo_config(method, 1)
+        assert demo.algorithm == method and demo.validate and demo.advantage_stats

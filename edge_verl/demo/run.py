@@ -26,6 +26,8 @@ HEADLINE_ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
 ALGORITHMS = HEADLINE_ALGORITHMS + tuple(
     name for name, method in METHODS.items() if method.estimator is not None and name not in HEADLINE_ALGORITHMS + ("eda",)
 )
+# What DemoConfig.algorithm accepts: the above and EDA under its method name (the study's rows say "eda").
+DEMO_METHODS = (*ALGORITHMS, "eda")
 TRAINERS = ("v1", "legacy")
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
@@ -90,8 +92,8 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         task.get_task(self.task)  # raises on an unknown task, naming the defined ones
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
+        if self.algorithm not in DEMO_METHODS:
+            raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(DEMO_METHODS)}")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
         if self.eda_form not in EDA_FORMS:

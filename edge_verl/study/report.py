@@ -19,6 +19,7 @@ ran with a 95% Student-t interval (``edge_verl.reporting``, shared with ``edge-v
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from edge_verl.reporting import (
     paired_difference,
     plot,
 )
-from edge_verl.study.runner import BASELINE, DONE_FILE, StudyConfig, source_commit
+from edge_verl.study.runner import BASELINE, DONE_FILE, IDENTITY_FILE, StudyConfig, plan, source_commit
 
 CONFIDENCE = 0.95
 FORMAT = 1
@@ -310,3 +311,28 @@ def write_report(config: StudyConfig) -> dict:
         titles = {key: f"{_BY_KEY[key].label}" for key in CURVES}
         plot(curves_of(config, report), config.out / "curves.png", titles=titles, columns=4)
     return report
+
+
+# What a published study keeps of each run: enough to recompute every number of its report (not the model,
+# data or verl's full log).
+EXPORTED_FILES = ("metrics.jsonl", IDENTITY_FILE, DONE_FILE, "command.txt")
+
+
+def export(config: StudyConfig, destination: Path) -> dict:
+    """Copy the finished runs' ``EXPORTED_FILES`` to ``destination/runs/<run>/`` and write the report there,
+    recomputed from the copies (so the published numbers are the ones its files give). Returns the report."""
+    destination = Path(destination)
+    if destination.resolve() == config.out.resolve():
+        raise ValueError(f"--export {destination}: that is the study's own folder")
+    moved = StudyConfig.from_dict(config.as_dict(), out=destination)
+    for method, seed, state in plan(config):
+        if state != "done":
+            continue
+        target = moved.run_folder(method, seed)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in EXPORTED_FILES:
+            source = config.run_folder(method, seed) / name
+            if source.exists():
+                shutil.copyfile(source, target / name)
+    plan(moved)  # the copies are the same runs
+    return write_report(moved)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from edge_verl.demo import task as tasks
-from edge_verl.demo.run import ALGORITHMS, TRAINERS, DemoConfig, run_demo, trained_steps
+from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, run_demo, trained_steps
 from edge_verl.methods import get_method
 
 # The default study: the baseline, each remedy alone, both papers' methods and the controls of EDGE's GEC.
@@ -73,8 +73,8 @@ class StudyConfig:
         if not self.methods:
             raise ValueError("methods: name at least one method")
         for method in self.methods:
-            if get_method(method).estimator is None or method not in ALGORITHMS + ("eda",):
-                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(ALGORITHMS)}")
+            if get_method(method).estimator is None or method not in DEMO_METHODS:
+                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(DEMO_METHODS)}")
         for values, name in ((self.methods, "methods"), (self.seeds, "seeds")):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name}={list(values)!r} names one twice")
@@ -85,7 +85,19 @@ class StudyConfig:
         self.out = Path(self.out)
         self.extra_overrides = tuple(self.extra_overrides)
         probe = self.demo_config(self.methods[0], self.seeds[0])  # validates the scale the demo's way
+        for method in self.methods[1:]:  # and every method as the demo will take it, before any run starts
+            self.demo_config(method, self.seeds[0])
         self.demo_defaults = {"lr": probe.lr, "lr_warmup_steps": probe.lr_warmup_steps, "warm_start_steps": probe.warm_start_steps}
+
+    @classmethod
+    def from_dict(cls, data: dict, out: Optional[Path] = None) -> "StudyConfig":
+        """The config ``as_dict`` recorded (a report's ``study``), optionally moved to another folder."""
+        fields = {key: value for key, value in data.items() if key != "demo_defaults"}
+        fields.update(methods=tuple(fields["methods"]), seeds=tuple(fields["seeds"]), extra_overrides=tuple(fields["extra_overrides"]))
+        config = cls(**{**fields, "out": Path(out if out is not None else fields["out"])})
+        if data.get("demo_defaults", config.demo_defaults) != config.demo_defaults:
+            raise StudyError(f"the study ran with {data['demo_defaults']}, this package's demo defaults are {config.demo_defaults}")
+        return config
 
     def run_name(self, method: str, seed: int) -> str:
         return f"{method}_seed{seed}"

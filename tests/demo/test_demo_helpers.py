@@ -91,3 +91,27 @@ def test_summary_compares_first_and_last_steps():
 def test_failure_lines_keep_exception_messages_once():
     log = "noise\n\x1b[36m(Worker)\x1b[0m ValueError: bad thing\nValueError: bad thing\nUserWarning stuff\nKeyError: 'x'"
     assert failure_lines(log) == ["ValueError: bad thing", "KeyError: 'x'"]
+
+
+def test_the_summary_and_plot_skip_a_validation_only_row():
+    rows = [{"step": 0, "val-core/x/acc/mean@1": 0.5}] + [{"step": i, "critic/score/mean": 0.1 * i} for i in range(1, 11)]
+    table = summarise(rows)
+    assert "0.3000" in table and "0.8000" in table  # first 5 training steps: 0.1..0.5; step 0 is not one
+
+
+def test_a_model_built_for_another_task_or_seed_is_rebuilt(tmp_path):
+    from edge_verl.demo import tiny
+
+    copy = DemoConfig(out=tmp_path, warm_start_steps=1)
+    inputs = prepare_inputs(copy)
+    record = json.loads((inputs["model"] / tiny.RECORD).read_text())
+    assert record["task"] == "copy" and record["seed"] == 0
+    built = (inputs["model"] / "model.safetensors").stat().st_mtime_ns
+    prepare_inputs(copy)
+    assert (inputs["model"] / "model.safetensors").stat().st_mtime_ns == built, "the same recipe reuses the model"
+    prepare_inputs(DemoConfig(out=tmp_path, warm_start_steps=1, task="addmod"))
+    assert json.loads((inputs["model"] / tiny.RECORD).read_text())["task"] == "addmod"
+    import pandas as pd
+
+    held = pd.read_parquet(tmp_path / "data" / "val_heldout.parquet")
+    assert set(held["data_source"]) == {"edge_verl/demo_addmod/heldout"} and len(held) == 20

@@ -157,4 +157,19 @@ def check_origin_metrics(metrics):
     assert injected_share == pytest.approx(metrics["edge_verl/gec/injected_token_frac"], rel=1e-3)
     for key in ("adv_var", "zero_variance_group_frac", "adv_var_uncorrected"):
         assert f"edge_verl/gec/sampled/{key}" in metrics
+    check_sampled_outcomes(metrics)
     assert not any(key.rsplit("/", 1)[-1].startswith("_") for key in metrics if key.startswith("actor/gec/"))
+
+
+def check_sampled_outcomes(metrics):
+    """The responses as sampled, before GEC: a correction only ever turns a wrong response right, so the
+    sampled reward is at most the trained one; the all-wrong groups are GEC's own count of them; the
+    first attempts' entropy is logged (actor/entropy includes the injected text)."""
+    sampled = {key.rsplit("/", 1)[-1]: value for key, value in metrics.items() if key.startswith("edge_verl/gec/sampled/")}
+    assert sampled["score_mean"] == pytest.approx(sampled["correct_frac"])  # 0/1 rewards
+    assert sampled["score_mean"] <= metrics["critic/score/mean"] + 1e-6
+    for key in ("correct_frac", "all_wrong_group_frac", "all_right_group_frac"):
+        assert 0.0 <= sampled[key] <= 1.0, key
+    assert (sampled["all_wrong_group_frac"] > 0) == (metrics["edge_verl/gec/all_wrong_groups"] > 0)
+    assert sampled["all_wrong_group_frac"] + sampled["all_right_group_frac"] <= sampled["zero_variance_group_frac"] + 1e-6
+    assert 0.0 < sampled["entropy"] < 10.0

@@ -1,5 +1,6 @@
 """Real ``python -m verl.trainer.main_ppo`` runs on CPU through the demo (tiny model, 2-3 steps each): GEPO
-on both trainers, its metrics in verl's logger and its thresholds surviving checkpoint/resume. EDA runs
+on the v1 trainer (the legacy one: tests/e2e/test_study_on_cpu.py), its metrics in verl's logger and its
+thresholds surviving checkpoint/resume. EDA runs
 on both trainers inside the GEC tests (``--algorithm edge`` = EDA + GEC). ~1 minute per run, mostly
 Ray/worker start-up."""
 
@@ -57,15 +58,8 @@ def test_gepo_resume_restores_thresholds_exactly(gepo_v1_checkpointed):
     assert step3["edge_verl/gepo/ema_updates"] == 3
 
 
-def test_gepo_legacy_run_logs_metrics_and_saves_thresholds(run_cpu_demo):
-    out, rows = run_cpu_demo("gepo_legacy", algorithm="gepo", trainer="legacy", steps=2, save_freq=2)
-    for key in GEPO_KEYS:
-        assert f"edge_verl/gepo/{key}" in rows[-1]
-    for row in rows:
-        if row["step"] >= 1:  # step 0 holds validation only
-            assert_grader_metrics(row)
-    saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
-    assert saved["gepo_thresholds"]["num_updates"] == 2
+# The legacy trainer's GEPO run (metrics, thresholds in its checkpoint): the study's smoke run,
+# tests/e2e/test_study_on_cpu.py.
 
 
 # A plain GRPO run with the plugin installed (nothing of ours in its metrics or checkpoint but the reward's

@@ -1,5 +1,5 @@
-"""verl's own vLLM rollout (``rollout.name=vllm``, vLLM's CPU build) in real main_ppo runs on CPU: GRPO,
-GEPO, and EDGE (edge_eda + GEC) with each GEC branch forced once, checked as the HF rollout's runs are
+"""verl's own vLLM rollout (``rollout.name=vllm``, vLLM's CPU build) in real main_ppo runs on CPU: GRPO
+and EDGE (edge_eda + GEC) with each GEC branch forced once, checked as the HF rollout's runs are
 (tests/e2e/gec_checks.py) plus GEC's token layout against the token ids vLLM itself returned.
 
 vLLM starts from dummy weights (verl's ``load_format=dummy``) and gets the trainer's before every rollout,
@@ -18,7 +18,7 @@ from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE
 
 from tests.e2e.gec_checks import BRANCHES, check_origin_metrics, check_token_accounting, read_dump
 from tests.e2e.gec_recorder import RECORD_ENV, agent_loop_config
-from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
+from tests.e2e.test_main_ppo_on_cpu import assert_grader_metrics
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -45,21 +45,14 @@ def test_plain_grpo_through_vllm_trains_with_synced_weights_and_writes_nothing_o
     for row in rows:
         assert 0 < row["response_length/mean"] <= row["response_length/max"] <= SAMPLE_TOKENS
     # nothing of the plugin's was asked for: not even the grader metrics of its reward, which grades this run
-    # (they come with any run that uses the plugin, e.g. the GEPO run below)
+    # (they come with any run that uses the plugin, e.g. the GEC run below)
     assert not {key for row in rows for key in row if key.startswith("edge_verl/")}
     assert (out / "checkpoints" / "global_step_2").is_dir()
     assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
 
 
-def test_gepo_through_vllm_logs_its_metrics_and_moves_its_thresholds(run_cpu_demo):
-    out, rows = run_cpu_demo("vllm_gepo", algorithm="gepo", rollout="vllm", steps=2)
-    assert_served_by_vllm(out)
-    assert_rollout_matches_actor(rows)
-    for key in GEPO_KEYS:
-        assert f"edge_verl/gepo/{key}" in rows[-1]
-    assert [row["edge_verl/gepo/ema_updates"] for row in rows] == [1, 2]
-    for row in rows:
-        assert_grader_metrics(row)
+# GEPO reads the actor's old log-probs, not the rollout's: its runs use the HF rollout (test_main_ppo_on_cpu.py,
+# test_study_on_cpu.py); through vLLM it added a vLLM start-up to CI and nothing GEPO depends on.
 
 
 def test_gec_through_vllm_trains_vllms_tokens_in_every_branch(run_cpu_demo, monkeypatch, tmp_path):
@@ -91,5 +84,6 @@ def test_gec_through_vllm_trains_vllms_tokens_in_every_branch(run_cpu_demo, monk
     for branch in BRANCHES:
         assert metrics[f"edge_verl/gec/corrected_{branch}"] == branches[branch]
     check_origin_metrics(metrics)
+    assert_grader_metrics(metrics)
     validation = read_dump(out / "validation")
     assert len(validation) == 32 and not any("Wait!" in row["output"] for row in validation)

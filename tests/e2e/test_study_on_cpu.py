@@ -1,0 +1,85 @@
+"""``edge-verl study`` at smoke scale, as a user runs it (the CLI, verl's real main_ppo per run): 2 methods x 1
+seed x 2 steps on the collapse-regime task, on the legacy trainer, every report number checked against the
+runs' own metrics files; a re-run skips the finished runs and another scale in the same folder is refused,
+both before any verl start. The GEPO run saves a checkpoint: it is also the legacy trainer's GEPO run (metrics,
+thresholds saved after 2 updates; validation before training does not move them). ~3.5 minutes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
+
+SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--val-samples", "2", "--trainer", "legacy"]
+HELD = "val-core/edge_verl/demo_addmod/heldout/acc/mean@2"
+SEEN = "val-core/edge_verl/demo_addmod/seen/acc/mean@2"
+
+
+def _study(out, *extra):
+    command = [sys.executable, "-m", "edge_verl.cli", "study", *SMOKE, "--out", str(out), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    done = _study(out, "trainer.save_freq=2")
+    logs = "".join((path.read_text()[-3000:] for path in out.glob("runs/*/verl.log")))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs
+    return out
+
+
+def _rows(out, run):
+    return [json.loads(line) for line in (out / "runs" / run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_report_matches_the_runs_metrics_files(smoke):
+    report = json.loads((smoke / "report.json").read_text())
+    assert set(report["runs"]) == {"grpo_seed1", "gepo_seed1"} and report["not_finished"] == []
+    for name, run in report["runs"].items():
+        rows = _rows(smoke, name)
+        assert [row["step"] for row in rows] == [0, 1, 2]  # validation before training, then 2 steps
+        first, last = rows[0], rows[-1]
+        values = run["values"]
+        # validation: before training and after the last step, two data sources; the window is step 2 alone
+        assert values["heldout_acc_start"] == first[HELD] and values["seen_acc_start"] == first[SEEN]
+        assert values["heldout_acc"] == last[HELD] and values["seen_acc"] == last[SEEN]
+        for column, metric in (("reward_sampled", "critic/score/mean"), ("entropy", "actor/entropy"),
+                               ("adv_var_after", "edge_verl/adv/var"), ("all_wrong_groups", "edge_verl/adv/all_wrong_group_frac"),
+                               ("all_right_groups", "edge_verl/adv/all_right_group_frac"), ("response_length", "response_length/mean")):
+            assert run["sources"][column] == metric and values[column] == pytest.approx(last[metric], rel=1e-12)
+        # a group is all-wrong, all-right or neither; its fraction of tied groups is at least both together
+        outcome = last["edge_verl/adv/all_wrong_group_frac"] + last["edge_verl/adv/all_right_group_frac"]
+        assert outcome <= last["edge_verl/adv/zero_variance_group_frac"] + 1e-6
+        assert last["edge_verl/adv/score_mean"] == pytest.approx(last["critic/score/mean"], abs=1e-6)
+    gepo = report["runs"]["gepo_seed1"]
+    assert gepo["sources"]["adv_var_before"] == "edge_verl/gepo/adv_var_before"
+    difference = report["methods"]["gepo"]["vs_baseline"]["heldout_acc"]
+    assert difference["per_seed"] == {"1": pytest.approx(gepo["values"]["heldout_acc"] - report["runs"]["grpo_seed1"]["values"]["heldout_acc"])}
+    assert difference["interval"] is None  # one seed: no interval, and the report says so
+    text = (smoke / "report.md").read_text()
+    assert "(1 paired seed: no interval)" in text and "[metrics](runs/gepo_seed1/metrics.jsonl)" in text
+    assert (smoke / "curves.png").stat().st_size > 10_000
+
+
+def test_a_rerun_skips_finished_runs_and_another_scale_is_refused(smoke):
+    before = (smoke / "report.json").read_text()
+    again = _study(smoke, "trainer.save_freq=2")
+    assert again.returncode == 0 and "2 of 2 runs done" in again.stdout and "[1/" not in again.stdout
+    assert json.loads((smoke / "report.json").read_text())["runs"] == json.loads(before)["runs"]
+    longer = _study(smoke, "--steps", "3", "trainer.save_freq=2")
+    assert longer.returncode == 1 and "holds another run (steps: 2 there, 3 now)" in longer.stderr
+
+
+def test_the_legacy_gepo_run_logs_metrics_and_saves_thresholds(smoke):
+    out = smoke / "runs" / "gepo_seed1"
+    rows = _rows(smoke, "gepo_seed1")
+    for key in GEPO_KEYS:
+        assert f"edge_verl/gepo/{key}" in rows[-1]
+    for row in rows[1:]:  # step 0 holds validation only
+        assert_grader_metrics(row)
+    saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
+    assert saved["gepo_thresholds"]["num_updates"] == 2  # the validation before step 1 did not update them
+    assert saved["gepo_thresholds"]["h_low"] == pytest.approx(rows[-1]["edge_verl/gepo/h_low"], rel=1e-12)
