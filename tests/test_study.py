@@ -228,6 +228,7 @@ def test_an_export_keeps_what_recomputes_the_report_and_gives_the_same_numbers(t
     assert main([*arguments, "--export", str(published)]) == 0
     exported = json.loads((published / "report.json").read_text())
     assert exported["runs"] == original["runs"] and exported["methods"] == original["methods"]
+    assert exported["published_from"] == str(config.out) and f"--out {config.out} --export <this folder>" in (published / "report.md").read_text()
     assert sorted(path.name for path in (published / "runs" / "grpo_seed1").iterdir()) == sorted(["metrics.jsonl", IDENTITY_FILE, DONE_FILE])
     assert main([*arguments, "--export", str(config.out)]) == 2  # never onto itself
 

@@ -128,9 +128,10 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int) -> dict:
     return {"values": values, "sources": sources, "validation": {split: [list(p) for p in points] for split, points in validation.items()}}
 
 
-def summarize(config: StudyConfig) -> dict:
+def summarize(config: StudyConfig, published_from: Optional[str] = None) -> dict:
     """The report as data, from the finished runs' folders (a run without ``done.json`` is listed as not
-    finished and left out of every statistic)."""
+    finished and left out of every statistic). ``published_from``: the folder the study ran in, for a copy
+    made by ``export`` (its report then says how to regenerate it there)."""
     task = tasks.get_task(config.task)
     runs, not_finished = {}, []
     for method, seed in config.runs():
@@ -173,6 +174,7 @@ def summarize(config: StudyConfig) -> dict:
     return {
         "format": FORMAT,
         "study": config.as_dict(),
+        "published_from": published_from,
         "task": {"name": task.name, "description": task.description, "train_problems": len(task.train_problems),
                  "heldout_problems": len(task.heldout_problems), "seen_problems": len(task.seen_problems())},
         "report_commit": source_commit(),
@@ -199,9 +201,10 @@ def _cell(entry: Optional[dict], digits: int) -> str:
     return f"{entry['mean']:.{digits}f}" + (f" ± {entry['std']:.{digits}f}" if entry["n"] > 1 else "")
 
 
-def command_of(study: dict) -> str:
-    """The ``edge-verl study`` command that regenerates a report (its options as recorded)."""
-    defaults = StudyConfig(out=Path(study["out"]))
+def command_of(study: dict, out: Optional[str] = None) -> str:
+    """The ``edge-verl study`` command that regenerates a report (its options as recorded; ``out``: another
+    output folder)."""
+    defaults = StudyConfig()
     parts = ["edge-verl study"]
     for name, flag in (("task", "--task"), ("steps", "--steps"), ("test_freq", "--test-freq"), ("val_samples", "--val-samples"),
                        ("val_temperature", "--val-temperature"), ("prompts_per_step", "--prompts-per-step"),
@@ -212,7 +215,7 @@ def command_of(study: dict) -> str:
         parts.append("--methods " + " ".join(study["methods"]))
     if tuple(study["seeds"]) != defaults.seeds:
         parts.append("--seeds " + " ".join(map(str, study["seeds"])))
-    parts.append(f"--out {study['out']}")
+    parts.append(f"--out {out if out is not None else study['out']}")
     parts += list(study["extra_overrides"])
     return " ".join(parts)
 
@@ -221,6 +224,11 @@ def report_markdown(report: dict) -> str:
     study, methods = report["study"], report["methods"]
     low, high = report["window"]["from_step"], report["window"]["to_step"]
     commit = ", ".join(report["run_commits"]) or "none"
+    if report.get("published_from"):
+        run = command_of(study, out=report["published_from"])
+        regenerate = f"`{run}`, then `{run} --export <this folder>` (it recomputes this report from the copied files)"
+    else:
+        regenerate = f"`{command_of(study)}`"
     lines = [
         f"## Study: {report['task']['name']} — {len(study['methods'])} methods × {len(study['seeds'])} seeds × {study['steps']} steps",
         "",
@@ -229,7 +237,7 @@ def report_markdown(report: dict) -> str:
         f"{report['task']['seen_problems']} of the training problems validated as 'seen'. Validation: uncorrected, "
         f"{study['val_samples']} samples per problem at temperature {study['val_temperature']:g}. Trainer: verl's {study['trainer']}; "
         f"{study['prompts_per_step']} prompts x {study['responses_per_prompt']} responses per step.",
-        f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min. Regenerate: `{command_of(study)}`.",
+        f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min. Regenerate: {regenerate}.",
         "",
     ]
     baseline = report["baseline"]
@@ -301,9 +309,9 @@ def curves_of(config: StudyConfig, report: dict) -> dict:
     return curves
 
 
-def write_report(config: StudyConfig) -> dict:
+def write_report(config: StudyConfig, published_from: Optional[str] = None) -> dict:
     """``report.json``, ``report.md`` and ``curves.png`` in ``config.out``; returns the report."""
-    report = summarize(config)
+    report = summarize(config, published_from)
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (config.out / "report.md").write_text(report_markdown(report))
@@ -335,4 +343,4 @@ def export(config: StudyConfig, destination: Path) -> dict:
             if source.exists():
                 shutil.copyfile(source, target / name)
     plan(moved)  # the copies are the same runs
-    return write_report(moved)
+    return write_report(moved, published_from=str(config.out))
