@@ -78,12 +78,12 @@ class DemoConfig:
     rollout: str = "hf"
     # The tiny model's attention heads (hidden size 64); None: the rollout's (ROLLOUT_ATTENTION_HEADS).
     attention_heads: int | None = None
-    # Validation during training, uncorrected, on the task's training problems ("seen") and its held-out
-    # problems ("heldout"), two data sources: before training, every ``test_freq`` steps and at the end, with
-    # ``val_samples`` samples per problem at ``val_temperature``. Off (the demo's default): never validates.
     # Log every estimator's advantage statistics, verl's GRPO included (+algorithm.edge_metrics.advantage_stats,
     # as the recipes do): ``edge-verl demo`` and the study turn it on; off, a GRPO run is a plain verl run.
     advantage_stats: bool = False
+    # Validation during training, uncorrected, on the task's training problems ("seen") and its held-out
+    # problems ("heldout"), two data sources: before training, every ``test_freq`` steps and at the end, with
+    # ``val_samples`` samples per problem at ``val_temperature``. Off (the demo's default): never validates.
     validate: bool = False
     test_freq: int = 5
     val_samples: int = 8
@@ -160,10 +160,8 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
         task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name),
         method.train_file(data_dir / "train.parquet"),
     )
-    val_rows = task.training_rows(the_task, 32, seed=config.seed + 1)
-    for row in val_rows:
-        row["extra_info"]["split"] = "test"
-    inputs = {"model": model_dir, "train": train, "val": task.write_parquet(val_rows, data_dir / "val.parquet")}
+    val = task.write_parquet(task.training_rows(the_task, 32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
+    inputs = {"model": model_dir, "train": train, "val": val}
     for split in task.VALIDATION_SPLITS:
         inputs[f"val_{split}"] = task.write_parquet(task.validation_rows(the_task, split), data_dir / f"val_{split}.parquet")
     return inputs

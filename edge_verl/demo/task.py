@@ -123,13 +123,13 @@ def _row(task_source: str, index: int, split: str, problem: Problem, agent_name:
     return row
 
 
-def training_rows(task: Task, count: int, seed: int, agent_name: str | None = None) -> list[dict]:
-    """``count`` training rows drawn (seeded) from the task's training problems; ``agent_name`` (e.g.
-    "edge_gec") selects verl's agent loop for every row (training data only: validation must run the
-    default loop)."""
+def training_rows(task: Task, count: int, seed: int, agent_name: str | None = None, split: str = "train") -> list[dict]:
+    """``count`` rows drawn (seeded) from the task's training problems, labelled ``split`` in ``extra_info``;
+    ``agent_name`` (e.g. "edge_gec") selects verl's agent loop for every row (training data only:
+    validation must run the default loop)."""
     rng = random.Random(seed)
     return [
-        _row(task.data_source, index, "train", task.train_problems[rng.randrange(len(task.train_problems))], agent_name)
+        _row(task.data_source, index, split, task.train_problems[rng.randrange(len(task.train_problems))], agent_name)
         for index in range(count)
     ]
 
@@ -166,10 +166,7 @@ def problems() -> list[tuple[str, str]]:
 def make_rows(count: int, seed: int, split: str, agent_name: str | None = None) -> list[dict]:
     """``count`` copy rows in verl's RL format (split: the ``extra_info`` label), drawn from its training
     problems as ``training_rows`` does."""
-    rows = training_rows(COPY, count, seed, agent_name)
-    for row in rows:
-        row["extra_info"]["split"] = split
-    return rows
+    return training_rows(COPY, count, seed, agent_name, split)
 
 
 def write_parquet(rows: list[dict], path: str | Path) -> Path:

@@ -115,10 +115,10 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int) -> dict:
     validation = {split: validation_points(records, task.validation_source(split)) for split in tasks.VALIDATION_SPLITS}
     for column in COLUMNS:
         if column.split is not None:
-            points = validation[column.split]
-            wanted = [value for step, value in points if (step == max(s for s, _ in points) if column.final else step == 0)] if points else []
-            if wanted:
-                values[column.key], sources[column.key] = wanted[0], f"val-core/{task.validation_source(column.split)}/acc"
+            points = dict(validation[column.split])  # step -> accuracy
+            step = max(points, default=None) if column.final else 0
+            if step in points:
+                values[column.key], sources[column.key] = points[step], f"val-core/{task.validation_source(column.split)}/acc"
             continue
         for metric in column.metrics:
             found = [float(record[metric]) for record in trained if record.get(metric) is not None]
@@ -128,19 +128,30 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int) -> dict:
     return {"values": values, "sources": sources, "validation": {split: [list(p) for p in points] for split, points in validation.items()}}
 
 
-def summarize(config: StudyConfig, published_from: Optional[str] = None) -> dict:
+def finished_records(config: StudyConfig) -> dict[str, list[dict]]:
+    """run name -> its metrics records (``load_metrics``), for every finished run (``done.json``)."""
+    return {
+        config.run_name(method, seed): load_metrics(config.run_folder(method, seed))
+        for method, seed in config.runs()
+        if (config.run_folder(method, seed) / DONE_FILE).exists()
+    }
+
+
+def summarize(config: StudyConfig, published_from: Optional[str] = None, records: Optional[dict[str, list[dict]]] = None) -> dict:
     """The report as data, from the finished runs' folders (a run without ``done.json`` is listed as not
     finished and left out of every statistic). ``published_from``: the folder the study ran in, for a copy
-    made by ``export`` (its report then says how to regenerate it there)."""
+    made by ``export`` (its report then says how to regenerate it there); ``records``: the finished runs'
+    metrics (``finished_records``), read here when not given."""
     task = tasks.get_task(config.task)
+    records = finished_records(config) if records is None else records
     runs, not_finished = {}, []
     for method, seed in config.runs():
         folder = config.run_folder(method, seed)
         done = folder / DONE_FILE
-        if not done.exists():
+        if config.run_name(method, seed) not in records:
             not_finished.append(config.run_name(method, seed))
             continue
-        entry = run_values(load_metrics(folder), task, config.steps)
+        entry = run_values(records[config.run_name(method, seed)], task, config.steps)
         entry.update({
             "method": method,
             "seed": seed,
@@ -287,20 +298,20 @@ CURVES = ("heldout_acc", "seen_acc", "reward_sampled", "entropy_sampled", "adv_v
           "response_length")
 
 
-def curves_of(config: StudyConfig, report: dict) -> dict:
+def curves_of(config: StudyConfig, report: dict, records: dict[str, list[dict]]) -> dict:
     """column -> method -> {step: [value per seed]}: validation accuracies at every validation, training
-    columns at every training step, each run's column read from the metric its report used."""
+    columns at every training step, each run's column read from the metric its report used (``records``:
+    the runs' metrics, ``finished_records``)."""
     task = tasks.get_task(config.task)
     curves: dict[str, dict[str, dict[int, list[float]]]] = {key: {} for key in CURVES}
     for name, run in report["runs"].items():
-        records = load_metrics(config.out / run["folder"])
         for key in CURVES:
             column = _BY_KEY[key]
             if column.split is not None:
-                series = validation_points(records, task.validation_source(column.split))
+                series = validation_points(records[name], task.validation_source(column.split))
             elif key in run["sources"]:
                 metric = run["sources"][key]
-                series = [(r["step"], float(r[metric])) for r in trained_steps(records) if r.get(metric) is not None]
+                series = [(r["step"], float(r[metric])) for r in trained_steps(records[name]) if r.get(metric) is not None]
             else:
                 continue
             by_step = curves[key].setdefault(run["method"], {})
@@ -311,13 +322,14 @@ def curves_of(config: StudyConfig, report: dict) -> dict:
 
 def write_report(config: StudyConfig, published_from: Optional[str] = None) -> dict:
     """``report.json``, ``report.md`` and ``curves.png`` in ``config.out``; returns the report."""
-    report = summarize(config, published_from)
+    records = finished_records(config)  # each metrics file read once, for the numbers and the curves
+    report = summarize(config, published_from, records)
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (config.out / "report.md").write_text(report_markdown(report))
     if report["runs"]:
         titles = {key: f"{_BY_KEY[key].label}" for key in CURVES}
-        plot(curves_of(config, report), config.out / "curves.png", titles=titles, columns=4)
+        plot(curves_of(config, report, records), config.out / "curves.png", titles=titles, columns=4)
     return report
 
 
