@@ -22,4 +22,9 @@ if [ "${EDGE_VERL_VLLM_CPU:-1}" != 0 ]; then
     # and transformers/vLLM import them only when present.
     .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 fi
+# openrlhf 0.11.2's code for tests/openrlhf (edge_verl/openrlhf is pinned to it), without its dependencies (its
+# GPU stack, flash-attn / deepspeed / vLLM 0.29 / ray 2.55, is not verl's) and in a folder of its own: its wheel
+# also installs a top-level `tests` package that must not shadow this repository's. Never on sys.path.
+[ -d .venv/openrlhf-0.11.2/openrlhf-0.11.2.dist-info ] \
+    || "${PIP[@]}" --no-deps --target .venv/openrlhf-0.11.2 openrlhf==0.11.2
 .venv/bin/edge-verl doctor

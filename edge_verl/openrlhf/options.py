@@ -1,0 +1,161 @@
+"""Options of the OpenRLHF coupling: ONE JSON file named by the environment variable ``EDGE_VERL_OPENRLHF``.
+
+OpenRLHF builds the reward file and the agent executor without arguments inside its vLLM Ray actors, so
+their options cannot come from its command line. Every process of the coupling (the launcher, the trainer
+actor, each vLLM engine) reads the same file, parsed and validated once per process (``run_options``). The
+launcher (``edge_verl.openrlhf.train_ppo_ray``) forwards the variable to every Ray worker; without it, set
+the variable where Ray starts its workers (``ray start`` / ``runtime_env.env_vars``), and keep the file on
+every node.
+
+Layout (every section optional; unknown keys are errors that name the allowed ones):
+  {"reward":   {"format_policy": "strict", "timeout_s": 5, "wait_s": 120},
+   "gec":      {... GecConfig's fields (``enable`` is implied by using the agent file) ...,
+                "n_samples_per_prompt": 8, "rollout_temperature": 0.6},
+   "gepo":     {... GepoConfig's fields ...},
+   "edge_eda": {... EdaConfig's fields ...}}
+``gec.n_samples_per_prompt`` and ``gec.rollout_temperature`` are OpenRLHF's: its executor is told neither the
+group size nor whether a call is training or evaluation, so they must equal ``--rollout.n_samples_per_prompt``
+and ``--rollout.temperature`` (the launcher checks), and ``--eval.temperature`` must differ from the latter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from edge_verl.config import EdaConfig, GecConfig, GepoConfig
+from edge_verl.reward.score import FORMAT_POLICIES
+
+ENV_VAR = "EDGE_VERL_OPENRLHF"
+SECTIONS = ("reward", "gec", "gepo", "edge_eda")
+
+
+def _positive_or_none(owner: str, name: str, value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}.{name}={value!r} must be a positive number of seconds or null")
+    return float(value)
+
+
+def _check_keys(owner: str, values: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ValueError(f"{ENV_VAR} {owner}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """The reward file's options: ``compute_score``'s ``format_policy``, ``timeout_s`` and ``wait_s`` (None: the
+    grader's defaults, 5 s and 120 s, or EDGE_VERL_REWARD_TIMEOUT / EDGE_VERL_REWARD_WAIT)."""
+
+    format_policy: str = "strict"
+    timeout_s: Optional[float] = None
+    wait_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.format_policy not in FORMAT_POLICIES:
+            raise ValueError(f"reward.format_policy={self.format_policy!r}; allowed: {list(FORMAT_POLICIES)}")
+        object.__setattr__(self, "timeout_s", _positive_or_none("reward", "timeout_s", self.timeout_s))
+        object.__setattr__(self, "wait_s", _positive_or_none("reward", "wait_s", self.wait_s))
+
+    def score_kwargs(self) -> dict[str, Any]:
+        return {"format_policy": self.format_policy, "timeout_s": self.timeout_s, "wait_s": self.wait_s}
+
+
+# GecConfig controls that have no OpenRLHF translation, with the reason given when they are asked for.
+UNTRANSLATED_GEC = {
+    ("injected_loss", "sft"): "OpenRLHF's actor loss has no second (NLL) term to add; use surrogate or masked",
+    ("answer_source", "placebo"): "the executor sees one prompt at a time and no pool of other problems; use gold",
+}
+
+
+@dataclass(frozen=True)
+class OpenRlhfGec:
+    """GEC as the OpenRLHF agent executor runs it: ``config`` (GecConfig, validated as for verl) plus the two
+    facts OpenRLHF does not pass to an executor: the group size and the training temperature."""
+
+    config: GecConfig
+    n_samples_per_prompt: int
+    rollout_temperature: float
+
+    def __post_init__(self) -> None:
+        n = self.n_samples_per_prompt
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"gec.n_samples_per_prompt={n!r} must be an integer >= 1 (= --rollout.n_samples_per_prompt)")
+        t = self.rollout_temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"gec.rollout_temperature={t!r} must be a finite number >= 0 (= --rollout.temperature)")
+        for (name, value), why in UNTRANSLATED_GEC.items():
+            if getattr(self.config, name) == value:
+                raise ValueError(f"gec.{name}={value!r} is not available through OpenRLHF: {why}.")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "OpenRlhfGec":
+        values = dict(values)
+        own = {"n_samples_per_prompt", "rollout_temperature"}
+        allowed = own | {f.name for f in fields(GecConfig)} - {"enable"}
+        _check_keys("gec", values, allowed)
+        missing = sorted(own - set(values))
+        if missing:
+            raise ValueError(
+                f"{ENV_VAR} gec needs {missing}: OpenRLHF tells its agent executor neither the group size nor "
+                "whether a call is training or evaluation (set them to --rollout.n_samples_per_prompt and "
+                "--rollout.temperature)."
+            )
+        n, temperature = values.pop("n_samples_per_prompt"), values.pop("rollout_temperature")
+        return cls(GecConfig.from_mapping({**values, "enable": True}), n, temperature)
+
+
+@dataclass(frozen=True)
+class OpenRlhfOptions:
+    """Every option of the coupling, validated (see the module docstring); ``gec`` is None without a section."""
+
+    reward: RewardOptions = field(default_factory=RewardOptions)
+    gec: Optional[OpenRlhfGec] = None
+    gepo: GepoConfig = field(default_factory=GepoConfig)
+    edge_eda: EdaConfig = field(default_factory=EdaConfig)
+    source: str = ""
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], source: str = "") -> "OpenRlhfOptions":
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{ENV_VAR} file {source!r} must hold a JSON object with sections {list(SECTIONS)}")
+        _check_keys("file", values, set(SECTIONS))
+        reward = values.get("reward") or {}
+        _check_keys("reward", reward, {f.name for f in fields(RewardOptions)})
+        gec = values.get("gec")
+        return cls(
+            reward=RewardOptions(**reward),
+            gec=None if gec is None else OpenRlhfGec.from_mapping(gec),
+            gepo=GepoConfig.from_mapping(values.get("gepo")),
+            edge_eda=EdaConfig.from_mapping(values.get("edge_eda")),
+            source=source,
+        )
+
+
+def read_options(path: Optional[str]) -> OpenRlhfOptions:
+    """The options in the JSON file at ``path``; the defaults when ``path`` is empty or None."""
+    if not path:
+        return OpenRlhfOptions()
+    file = Path(path)
+    try:
+        values = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{ENV_VAR}={path!r}: cannot read it as a JSON file ({error})") from error
+    return OpenRlhfOptions.from_mapping(values, source=str(file))
+
+
+_CACHE: dict[str, OpenRlhfOptions] = {}
+
+
+def run_options() -> OpenRlhfOptions:
+    """This process's options, read once per value of ``EDGE_VERL_OPENRLHF``."""
+    path = os.environ.get(ENV_VAR, "")
+    if path not in _CACHE:
+        _CACHE[path] = read_options(path)
+    return _CACHE[path]
