@@ -1,0 +1,214 @@
+"""Guided Error Correction as an OpenRLHF agent executor (``--train.agent_func_path`` takes ``gec_agent.py``).
+
+OpenRLHF 0.11.2 builds ``AgentExecutor()`` once per vLLM engine and runs a prompt's n samples as n
+concurrent ``execute`` calls (one ``asyncio.gather``) on that engine. Per call this executor: samples with
+OpenRLHF's own ``SingleTurnAgentExecutor`` (its tokenisation, truncation and token spans); grades the
+response with the math reward (``reward_func.grade_response``: setting an agent replaces OpenRLHF's remote
+reward, so the executor grades itself); asks ``edge_verl.algorithms.gec.decide_correction`` whether and how
+to correct it; carries that out on TOKENS; grades the final response; returns it with its trained spans.
+
+Token layout of a corrected response ("body" = the first sample without trailing end/special tokens; nothing
+with ``first_attempt=drop``), all within ``max_length`` (the body is cut, never the injected text):
+- regenerate:       body + phrase + continuation (sampled from prompt + body + phrase, ``continuation_tokens``)
+- inject_answer:    body + answer text + EOS
+- replace_solution: reference solution + EOS
+``action_ranges`` are the trained spans: the whole response (``injected_loss=surrogate``, the paper), or the
+response minus the injected span (``injected_loss=masked``: the phrase, the answer text or the solution get
+no policy gradient; the rewards, hence every advantage, are unchanged). ``sft`` and ``answer_source=placebo``
+have no OpenRLHF translation and are refused (``options.UNTRANSLATED_GEC``).
+
+What OpenRLHF does not tell an executor, and how it is found:
+- the group: the n calls of a prompt share one ``sampling_params`` object and the prompt; a call's sample
+  index is its arrival order, taken before the first ``await`` (gather starts its tasks in order); the
+  group id is the prompt's hash and how many times this engine has seen it (decisions are reproducible
+  for the same prompt-to-engine assignment). ``scope=all_wrong_groups`` waits for the n verdicts in
+  ``algorithms.gec.GroupRendezvous``; n is ``gec.n_samples_per_prompt``.
+- training or evaluation: OpenRLHF evaluates through this executor with ``--eval.temperature``; a call whose
+  temperature is not ``gec.rollout_temperature`` is evaluation and is NEVER corrected (the launcher refuses
+  equal train and eval temperatures).
+Injected tokens have no rollout log-probs, so a run with ``--algo.advantage.is_correction_level`` on is refused.
+
+Returned ``extra_logs`` (numbers, the same names for every call): ``edge_verl/gec/{eval, corrected,
+corrected_<branch>, fallback, original_score, all_wrong_group, injected_tokens, continuation_tokens}`` and
+the grader health numbers of the final grading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from openrlhf.utils.agent import AgentExecutorBase, SingleTurnAgentExecutor
+
+from edge_verl.algorithms.gec import (
+    BRANCHES,
+    INJECT_ANSWER,
+    REGENERATE,
+    REPLACE_SOLUTION,
+    decide_correction,
+    decision_rng,
+    group_rendezvous,
+    injected_answer_text,
+    strip_end_tokens,
+)
+from edge_verl.openrlhf.options import OpenRlhfGec, run_options
+from edge_verl.openrlhf.reward_func import grade_response, health_logs, label_parts
+
+
+@dataclass(frozen=True)
+class CorrectedTokens:
+    """A correction's final response tokens, the [start, end) span of its injected tokens, whether the
+    regeneration's continuation hit its budget, and its length (None: not a regeneration)."""
+
+    response_ids: list[int]
+    injected_start: int
+    injected_end: int
+    truncated: bool = False
+    continuation_tokens: Optional[int] = None
+
+
+def trained_ranges(prompt_length: int, response_length: int, injected: tuple[int, int], masked: bool) -> list[tuple[int, int]]:
+    """OpenRLHF ``action_ranges`` (observation positions) of a response: all of it, or with ``masked`` all but
+    the injected span [start, end) (response positions); empty spans are dropped."""
+    spans = [(0, response_length)] if not masked else [(0, injected[0]), (injected[1], response_length)]
+    return [(prompt_length + start, prompt_length + end) for start, end in spans if end > start]
+
+
+class AgentExecutor(AgentExecutorBase):
+    """OpenRLHF's agent hook running EDGE-GRPO's GEC (see the module docstring)."""
+
+    def __init__(self) -> None:
+        options = run_options()
+        if options.gec is None:
+            raise ValueError(
+                f"edge_verl's GEC agent file needs a 'gec' section in the {options.source or 'EDGE_VERL_OPENRLHF'} "
+                "options file (at least n_samples_per_prompt and rollout_temperature)."
+            )
+        self.options: OpenRlhfGec = options.gec
+        self.gec = options.gec.config
+        self.reward = options.reward
+        self.sampler = SingleTurnAgentExecutor()  # no reward endpoint: this executor grades
+        # decide_correction's arguments that are the run's, not the call's
+        self.decision_options = {
+            "probabilities": self.gec.probabilities,
+            "only_all_wrong_groups": self.gec.scope == "all_wrong_groups",
+            "missing_solution": self.gec.missing_solution,
+        }
+        self._entering: dict[tuple[int, str], list] = {}
+        self._seen: Counter = Counter()
+
+    def _enter(self, prompt: str, sampling_params: Any) -> tuple[str, int]:
+        """(group id, sample index) of a training call; synchronous, so indices follow gather's order."""
+        key = (id(sampling_params), prompt)
+        entry = self._entering.get(key)
+        if entry is None:
+            digest = hashlib.sha256(prompt.encode("utf-8", errors="replace")).hexdigest()[:16]
+            self._seen[digest] += 1
+            entry = self._entering[key] = [f"{digest}:{self._seen[digest]}", 0]
+        uid, index = entry[0], entry[1]
+        entry[1] += 1
+        if entry[1] == self.options.n_samples_per_prompt:  # every sample of the group has entered
+            del self._entering[key]
+        return uid, index
+
+    def is_training(self, sampling_params: Any) -> bool:
+        return abs(float(sampling_params.temperature) - self.options.rollout_temperature) < 1e-9
+
+    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        if images:
+            raise ValueError("edge_verl's GEC executor is text-only; this prompt carries images.")
+        if sampling_params.logprobs is not None:
+            raise ValueError(
+                "edge_verl's GEC executor writes tokens the policy did not sample, which have no rollout log-probs: "
+                "run with --algo.advantage.is_correction_level off."
+            )
+        training = self.is_training(sampling_params)
+        uid, index = self._enter(prompt, sampling_params) if training else ("", 0)
+        params = sampling_params
+        if training and self.gec.first_sample_tokens is not None:  # room left in max_length for the correction
+            params = deepcopy(sampling_params)
+            params.max_tokens = self.gec.first_sample_tokens
+        started = time.perf_counter()
+        output = await self.sampler.execute(prompt, label, params, max_length, hf_tokenizer, llm_engine)
+        sample_seconds = time.perf_counter() - started
+        (start, end), = output["action_ranges"]
+        prompt_ids = list(output["observation_tokens"][:start])
+        sampled = list(output["observation_tokens"][start:end])
+        first = grade_response(hf_tokenizer.decode(sampled, skip_special_tokens=True), label, self.reward)
+        logs = {"edge_verl/gec/eval": 0.0 if training else 1.0, "edge_verl/gec/original_score": float(first["score"])}
+        correct = first["score"] > self.gec.correct_threshold
+        corrected, decision, group = None, None, [correct]
+        if training:
+            if self.gec.scope == "all_wrong_groups":
+                group = await group_rendezvous().wait_for_group(
+                    uid, index, self.options.n_samples_per_prompt, correct, self.gec.group_timeout_s
+                )
+            _, answer, solution = label_parts(label)
+            fits = self.gec.max_prompt_tokens is None or len(prompt_ids) < self.gec.max_prompt_tokens
+            decision = decide_correction(
+                correct=correct, group_correct=group, rng=decision_rng(self.gec.seed, uid, index),
+                has_answer=bool(answer), has_solution=bool(solution), prompt_fits=fits, **self.decision_options,
+            )
+            if decision.branch is not None:
+                corrected = await self.correct(
+                    decision.branch, prompt_ids, sampled, answer, solution, sampling_params,
+                    max_length - len(prompt_ids), hf_tokenizer, llm_engine,
+                )
+        final = first
+        if corrected is not None:
+            final = grade_response(
+                hf_tokenizer.decode(corrected.response_ids, skip_special_tokens=True), label, self.reward
+            )
+            output["observation_tokens"] = prompt_ids + corrected.response_ids
+            output["action_ranges"] = trained_ranges(
+                len(prompt_ids), len(corrected.response_ids), (corrected.injected_start, corrected.injected_end),
+                masked=self.gec.injected_loss == "masked",
+            )
+            output["truncated"] = corrected.truncated
+            output["rollout_log_probs"] = None
+        branch = None if corrected is None else decision.branch
+        logs["edge_verl/gec/corrected"] = float(branch is not None)
+        for name in BRANCHES:
+            logs[f"edge_verl/gec/corrected_{name}"] = float(branch == name)
+        logs["edge_verl/gec/fallback"] = float(decision is not None and decision.fallback)
+        logs["edge_verl/gec/all_wrong_group"] = float(training and not any(group))
+        logs["edge_verl/gec/injected_tokens"] = float(0 if corrected is None else corrected.injected_end - corrected.injected_start)
+        logs["edge_verl/gec/continuation_tokens"] = float((corrected and corrected.continuation_tokens) or 0)
+        logs["edge_verl/gec/sample_seconds"] = sample_seconds
+        logs.update(health_logs([final], 0))
+        output.update(reward=float(final["score"]), scores=float(final["score"]), extra_logs=logs)
+        return output
+
+    async def correct(
+        self, branch: str, prompt_ids: list[int], sampled: list[int], answer: str, solution: str,
+        sampling_params: Any, limit: int, hf_tokenizer: Any, llm_engine: Any,
+    ) -> Optional[CorrectedTokens]:
+        """The drawn correction on tokens, within ``limit`` response tokens; None when it cannot fit."""
+        encode = lambda text: list(hf_tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        eos = int(hf_tokenizer.eos_token_id)
+        end_ids = {eos, *map(int, getattr(hf_tokenizer, "all_special_ids", ()) or ())}
+        body = [] if self.gec.first_attempt == "drop" else strip_end_tokens(sampled, end_ids)
+        if branch == REPLACE_SOLUTION:
+            tokens = encode(solution) + [eos]
+            return CorrectedTokens(tokens, 0, len(tokens)) if len(tokens) <= limit else None
+        if branch == INJECT_ANSWER:
+            suffix = encode(injected_answer_text(answer, self.gec.answer_template)) + [eos]
+            if len(suffix) > limit:
+                return None
+            body = body[: limit - len(suffix)]
+            return CorrectedTokens(body + suffix, len(body), len(body) + len(suffix))
+        assert branch == REGENERATE
+        phrase = encode(self.gec.reflection_phrase)
+        if len(phrase) + 1 > limit:
+            return None
+        body = body[: limit - len(phrase) - 1]
+        params = deepcopy(sampling_params)
+        params.max_tokens = min(self.gec.continuation_tokens, limit - len(body) - len(phrase))
+        reply = await llm_engine.generate(prompt_ids + body + phrase, params)
+        continuation = list(reply.outputs[0].token_ids)[: params.max_tokens]
+        truncated = reply.outputs[0].finish_reason == "length"
+        return CorrectedTokens(body + phrase + continuation, len(body), len(body) + len(phrase), truncated, len(continuation))

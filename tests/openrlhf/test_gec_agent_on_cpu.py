@@ -1,0 +1,148 @@
+"""The GEC agent file through OpenRLHF 0.11.2's own engine actor: its loader, ``generate_responses`` (a
+prompt's n samples as n concurrent ``execute`` calls), its SingleTurnAgentExecutor and its conversion to
+experiences. vLLM's engine is replaced by a scripted one (no model on this CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE
+from edge_verl.openrlhf.options import ENV_VAR
+from edge_verl.openrlhf.train_ppo_ray import GEC_AGENT_FILE
+
+PROMPT = "Q: 2+2? A:"
+OTHER = "Q: 3+3? A:"
+
+
+class ScriptedLLM:
+    """vLLM's AsyncLLMEngine: first samples in order from ``first[prompt]``, a continuation for prompts that
+    end with the reflection phrase."""
+
+    def __init__(self, tokenizer, first, continuation="so \\boxed{4}"):
+        self.tokenizer, self.first, self.continuation, self.calls = tokenizer, {k: list(v) for k, v in first.items()}, continuation, []
+
+    async def generate(self, prompt, params, request_id):
+        text = "".join(map(chr, prompt["prompt_token_ids"]))
+        self.calls.append(text)
+        if text.endswith(REFLECTION_PHRASE):
+            reply = self.continuation
+        else:
+            reply = next(value.pop(0) for key, value in self.first.items() if text.endswith(key))
+        ids = (self.tokenizer.encode(reply) + [1])[: params.max_tokens]
+        await asyncio.sleep(0)  # let the other samples run, as a real engine would
+        yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, text=reply, finish_reason="stop", logprobs=None)])
+
+
+@pytest.fixture
+def engine(openrlhf_modules, tmp_path, monkeypatch):
+    """``make(gec_options, first)``: OpenRLHF's RolloutRayActor with the GEC executor loaded by OpenRLHF."""
+    vllm_engine = openrlhf_modules("openrlhf.trainer.ray.vllm_engine")
+
+    def make(gec, first, tokenizer):
+        path = tmp_path / f"options{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps({"gec": {"n_samples_per_prompt": 4, "rollout_temperature": 0.6, **gec}}))
+        monkeypatch.setenv(ENV_VAR, str(path))
+        actor = vllm_engine.RolloutRayActor.__new__(vllm_engine.RolloutRayActor)
+        actor.executor = vllm_engine._load_agent_executor(GEC_AGENT_FILE)
+        actor.llm = ScriptedLLM(tokenizer, first)
+        actor._mm_pad_token_ids = None
+        return actor
+
+    return make
+
+
+def run(actor, tokenizer, prompts_labels, temperature=0.6, logprobs=None):
+    """Each (prompt, label) as one ``generate_responses`` call (one Ray call), all concurrent on the actor."""
+
+    async def calls():
+        return await asyncio.gather(*[
+            actor.generate_responses(prompt, label, SimpleNamespace(temperature=temperature, max_tokens=None, logprobs=logprobs),
+                                     200, tokenizer, num_samples=4)
+            for prompt, label in prompts_labels
+        ])
+
+    return asyncio.run(calls())
+
+
+def response_text(output, tokenizer):
+    (start, _), *_ = output["action_ranges"] or [(len(output["observation_tokens"]), 0)]
+    return tokenizer.decode(output["observation_tokens"][len(PROMPT):])
+
+
+def test_inject_answer_appends_the_gold_and_trains_every_token(engine, tokenizer):
+    actor = engine({"probabilities": [0, 1, 0]}, {PROMPT: ["\\boxed{5}", "\\boxed{4}", "\\boxed{5}", "\\boxed{4}"]}, tokenizer)
+    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")])
+    injected = ANSWER_TEMPLATE.replace("{answer}", "4")
+    # Samples 0 and 2 were wrong: body (EOS stripped) + the paper's sentence + EOS; 1 and 3 kept as sampled.
+    assert [response_text(o, tokenizer) for o in outputs] == [
+        "\\boxed{5}" + injected + "<|im_end|>", "\\boxed{4}<|im_end|>", "\\boxed{5}" + injected + "<|im_end|>", "\\boxed{4}<|im_end|>",
+    ]
+    assert [o["reward"] for o in outputs] == [1.0, 1.0, 1.0, 1.0]
+    assert [o["extra_logs"]["edge_verl/gec/original_score"] for o in outputs] == [0.0, 1.0, 0.0, 1.0]
+    # surrogate: the whole response is trained, (prompt length, total length).
+    assert all(o["action_ranges"] == [(len(PROMPT), len(o["observation_tokens"]))] for o in outputs)
+    assert outputs[0]["extra_logs"]["edge_verl/gec/injected_tokens"] == len(injected) + 1
+
+
+def test_masked_injected_loss_leaves_injected_tokens_out_of_the_trained_spans(engine, tokenizer, openrlhf_modules):
+    samples = openrlhf_modules("openrlhf.trainer.ppo_utils.samples_generator")
+    actor = engine({"probabilities": [0, 1, 0], "injected_loss": "masked"}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")])
+    body = len("\\boxed{5}")  # 9 tokens
+    assert outputs[0]["action_ranges"] == [(len(PROMPT), len(PROMPT) + body)]
+    generator = samples.SamplesGenerator.__new__(samples.SamplesGenerator)
+    experience = generator._process_response_into_experience(outputs[0], max_len=200)
+    # OpenRLHF's action mask: only the 9 sampled tokens; the reward is the corrected response's (1).
+    assert int(experience.action_mask.sum()) == body and experience.rewards.tolist() == [1.0]
+
+
+def test_regenerate_continues_after_the_phrase_and_replace_solution_uses_the_label(engine, tokenizer):
+    actor = engine({"force_regenerate": True}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")])
+    assert response_text(outputs[0], tokenizer) == "\\boxed{5}" + REFLECTION_PHRASE + "so \\boxed{4}<|im_end|>"
+    assert sum(call.endswith(REFLECTION_PHRASE) for call in actor.llm.calls) == 4  # one continuation per sample
+    assert outputs[0]["reward"] == 1.0 and outputs[0]["extra_logs"]["edge_verl/gec/corrected_regenerate"] == 1.0
+    label = {"answer": "4", "solution": "2+2 = \\boxed{4}"}
+    actor = engine({"probabilities": [0, 0, 1], "first_attempt": "drop"}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+    (outputs,) = run(actor, tokenizer, [(PROMPT, label)])
+    assert response_text(outputs[0], tokenizer) == "2+2 = \\boxed{4}<|im_end|>" and outputs[0]["reward"] == 1.0
+
+
+def test_all_wrong_group_scope_corrects_only_groups_without_a_correct_answer(engine, tokenizer):
+    first = {PROMPT: ["\\boxed{5}", "\\boxed{4}", "\\boxed{5}", "\\boxed{5}"], OTHER: ["\\boxed{5}"] * 4}
+    actor = engine({"probabilities": [0, 1, 0], "scope": "all_wrong_groups"}, first, tokenizer)
+    mixed, all_wrong = run(actor, tokenizer, [(PROMPT, "4"), (OTHER, "6")])  # two prompts at once on one engine
+    assert [o["extra_logs"]["edge_verl/gec/corrected"] for o in mixed] == [0.0] * 4
+    assert [o["reward"] for o in mixed] == [0.0, 1.0, 0.0, 0.0]
+    assert [o["extra_logs"]["edge_verl/gec/corrected"] for o in all_wrong] == [1.0] * 4
+    assert [o["extra_logs"]["edge_verl/gec/all_wrong_group"] for o in all_wrong] == [1.0] * 4
+    assert [o["reward"] for o in all_wrong] == [1.0] * 4
+
+
+def test_evaluation_is_never_corrected(engine, tokenizer):
+    actor = engine({"probabilities": [0, 1, 0]}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")], temperature=0.1)  # --eval.temperature
+    assert [response_text(o, tokenizer) for o in outputs] == ["\\boxed{5}<|im_end|>"] * 4
+    assert [o["reward"] for o in outputs] == [0.0] * 4
+    assert [o["extra_logs"]["edge_verl/gec/eval"] for o in outputs] == [1.0] * 4
+    assert len(actor.llm.calls) == 4  # no continuation asked for
+
+
+def test_decisions_are_reproducible_and_rollout_log_probs_are_refused(engine, tokenizer):
+    first = {PROMPT: ["\\boxed{5}"] * 4}
+    texts = [[response_text(o, tokenizer) for o in run(engine({}, first, tokenizer), tokenizer, [(PROMPT, "4")])[0]] for _ in range(2)]
+    assert texts[0] == texts[1]
+    actor = engine({}, first, tokenizer)
+    with pytest.raises(ValueError, match="is_correction_level off"):
+        run(actor, tokenizer, [(PROMPT, "4")], logprobs=1)
+
+
+def test_untranslated_controls_are_refused_by_name(engine, tokenizer):
+    with pytest.raises(ValueError, match="injected_loss='sft' is not available through OpenRLHF"):
+        engine({"injected_loss": "sft"}, {}, tokenizer)
+    with pytest.raises(ValueError, match=r"probabilities=\[0.5, 0.5, 0.5\] must sum to 1"):
+        engine({"probabilities": [0.5, 0.5, 0.5]}, {}, tokenizer)
