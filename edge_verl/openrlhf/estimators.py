@@ -1,0 +1,256 @@
+"""``gepo`` and ``edge_eda`` inside OpenRLHF 0.11.2, which has no hook for advantage estimators.
+
+OpenRLHF picks its estimator in an if/elif of ``RemoteExperienceMaker.compute_advantages_and_returns``. The
+launcher (``edge_verl.openrlhf.train_ppo_ray``) calls ``install`` in the driver and, through Ray's
+``worker_process_setup_hook``, in every Ray worker; ``install`` patches each module below when (and only in
+a process where) it is imported (``post_import.when_imported``), after refusing any OpenRLHF but 0.11.2.
+Every patched or relied-on attribute is in ``internals.PATCHED`` / ``READ``. Each patch is gated on "is
+this ours?": with any other ``--algo.advantage.estimator`` OpenRLHF's own code runs unchanged.
+
+- experience_maker: for ``gepo`` / ``edge_eda`` the wrapper does what OpenRLHF does for its group estimators
+  (rewards to float32, its length penalties, groups = n contiguous samples of the original order through
+  ``Experience.index``) and then calls ONE pure function, ``compute_gepo_advantages`` /
+  ``compute_eda_advantages``, on the whole step padded to one width; advantages = returns, per token.
+  GEPO's entropy source is ``action_log_probs``: the old policy's log-probs OpenRLHF computed just before.
+- EDA needs the old policy's full-vocabulary token entropy, which OpenRLHF does not compute at experience
+  time. ``edge_verl_token_entropy``, added to the actor workers, runs OpenRLHF's own ``Actor.forward(...,
+  return_entropy=True)`` (temperature-scaled logits, as the log-probs) without gradient. Cost: a SECOND
+  no-grad forward of the policy over the step's samples (as long as the old-log-prob forward) and one
+  (B, A) float32 tensor per sample back to the trainer. ``entropy_gradient=True`` (entropy inside the
+  actor's loss) has no OpenRLHF hook and is refused.
+- Reward clamp: OpenRLHF clamps to ``--reward.clip_range`` (default (-10, 10)) AFTER group normalisation,
+  which would cap EDA's amplified advantages at 10. For these two estimators the clamp is applied to the
+  raw rewards (what its name says) and never to advantages.
+- KL: a KL penalty folded into the reward (``--algo.kl.init_coef > 0`` without ``--algo.kl.use_loss``) is
+  refused; use the KL loss or none (the papers: none).
+- ppo_trainer: GEPO's thresholds (``GepoThresholds``, on the experience maker) are added to the
+  ``client_states`` every checkpoint stores, and restored from the checkpoint dict that
+  ``restore_best_checkpoint_state`` receives on resume (sync and async trainers alike); resuming from a
+  checkpoint without them is an error unless ``gepo.resume_without_state``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from edge_verl.algorithms.eda import compute_eda_advantages
+from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.integration.post_import import when_imported
+from edge_verl.openrlhf.internals import check_module_version
+from edge_verl.openrlhf.options import OpenRlhfOptions, run_options
+
+ESTIMATORS = ("gepo", "edge_eda")
+GEPO_STATE_KEY = "edge_verl_gepo_thresholds"
+ENTROPY_METHOD = "edge_verl_token_entropy"
+THRESHOLDS_ATTRIBUTE = "edge_verl_gepo_thresholds"
+PATCH_MARK = "__edge_verl_openrlhf__"
+
+
+def check_run_args(args: Any, options: OpenRlhfOptions) -> None:
+    """What ``gepo`` / ``edge_eda`` need from OpenRLHF's (hierarchized) arguments; nothing for other estimators."""
+    estimator = args.algo.advantage.estimator
+    if estimator not in ESTIMATORS:
+        return
+    if args.rollout.n_samples_per_prompt < 2:
+        raise ValueError(
+            f"--algo.advantage.estimator {estimator} compares the responses of a group: --rollout.n_samples_per_prompt="
+            f"{args.rollout.n_samples_per_prompt} must be >= 2."
+        )
+    if args.algo.kl.init_coef > 0 and not args.algo.kl.use_loss:
+        raise ValueError(
+            f"--algo.advantage.estimator {estimator} computes outcome advantages and takes no KL penalty in the reward "
+            f"(--algo.kl.init_coef={args.algo.kl.init_coef}): add --algo.kl.use_loss, or set --algo.kl.init_coef 0."
+        )
+    if estimator == "edge_eda" and options.edge_eda.entropy_gradient:
+        raise ValueError(
+            "edge_eda.entropy_gradient=true needs the current policy's entropy inside the actor loss, which OpenRLHF "
+            "has no hook for; set it to false (the detached form, entropy of the old policy)."
+        )
+
+
+def pad_columns(tensors: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """(B_i, A_i) tensors -> one (sum B_i, width) float32 tensor, zero-padded on the right."""
+    return torch.cat([torch.nn.functional.pad(t.float(), (0, width - t.shape[1])) for t in tensors], dim=0)
+
+
+def gepo_thresholds(maker: Any, options: OpenRlhfOptions) -> Optional[GepoThresholds]:
+    """The GEPO thresholds a run's experience maker owns (created on first use); None unless the run is GEPO."""
+    if maker.strategy.args.algo.advantage.estimator != "gepo":
+        return None
+    thresholds = getattr(maker, THRESHOLDS_ATTRIBUTE, None)
+    if thresholds is None:
+        thresholds = GepoThresholds(options.gepo.gamma, options.gepo.ema_init)
+        setattr(maker, THRESHOLDS_ATTRIBUTE, thresholds)
+    return thresholds
+
+
+def old_policy_token_entropy(maker: Any, experiences: Sequence[Any], width: int) -> torch.Tensor:
+    """(B, width) token entropy of the old policy from the actor workers (``edge_verl_token_entropy``)."""
+    args = maker.strategy.args
+    refs = maker.actor_model_group.async_run_method_batch(
+        method_name=ENTROPY_METHOD,
+        sequences=[e.sequences for e in experiences],
+        action_mask=[e.action_mask for e in experiences],
+        attention_mask=[e.attention_mask for e in experiences],
+    )
+    entropies = maker._flatten_results(refs, args.ds.ring_attn_size * args.ds.tensor_parallel_size)
+    return pad_columns(entropies, width)
+
+
+def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOptions, apply_length_penalties: Callable) -> list:
+    """OpenRLHF's ``compute_advantages_and_returns`` for ``gepo`` / ``edge_eda`` (see the module docstring)."""
+    args = maker.strategy.args
+    estimator = args.algo.advantage.estimator
+    check_run_args(args, options)
+    for experience in experiences:
+        experience.rewards = experience.rewards.to(torch.promote_types(experience.rewards.dtype, torch.float32))
+    apply_length_penalties(experiences, args)
+    n = args.rollout.n_samples_per_prompt
+    counts = [len(e.index) for e in experiences]
+    positions = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
+    if len(positions) % n:
+        raise ValueError(f"{estimator}: {len(positions)} samples are not whole groups of --rollout.n_samples_per_prompt={n}")
+    scores = torch.cat([e.rewards for e in experiences])
+    if args.reward.clip_range:
+        scores = scores.clamp(min=args.reward.clip_range[0], max=args.reward.clip_range[1])
+    width = max(e.action_mask.shape[1] for e in experiences)
+    mask = pad_columns([e.action_mask for e in experiences], width)
+    group_index, num_groups = positions // n, len(positions) // n
+    valid = torch.ones(len(positions), dtype=torch.bool)
+    if estimator == "gepo":
+        gepo = options.gepo
+        source = (
+            old_policy_token_entropy(maker, experiences, width)
+            if gepo.group_entropy == "token_entropy"
+            else pad_columns([e.action_log_probs for e in experiences], width)
+        )
+        result = compute_gepo_advantages(
+            scores, source, mask, group_index, num_groups, valid, gepo_thresholds(maker, options),
+            std_epsilon=gepo.std_epsilon, alpha_low=gepo.alpha_low, alpha_high=gepo.alpha_high,
+            beta_low=gepo.beta_low, beta_high=gepo.beta_high, estimator=gepo.group_entropy, order=gepo.ema_order,
+        )
+        outcome = result.shaped_outcome_advantages
+        per_sample = {
+            "gepo/positive_attenuated": result.positive_attenuated.float(),
+            "gepo/negative_attenuated": result.negative_attenuated.float(),
+            "gepo/h_low": torch.full_like(outcome, result.h_low),
+            "gepo/h_high": torch.full_like(outcome, result.h_high),
+            "gepo/group_entropy": result.group_entropy.index_select(0, group_index),
+        }
+    else:
+        eda = options.edge_eda
+        result = compute_eda_advantages(
+            scores, old_policy_token_entropy(maker, experiences, width), mask, group_index, num_groups, valid,
+            std_epsilon=eda.std_epsilon, entropy_epsilon=eda.entropy_epsilon, ratio_clamp=eda.ratio_clamp,
+        )
+        outcome = result.eda_outcome_advantages
+        per_sample = {"edge_eda/response_entropy": result.response_entropy, "edge_eda/entropy_ratio": result.entropy_ratio}
+    start = 0
+    for experience, count in zip(experiences, counts):
+        rows = slice(start, start + count)
+        experience.advantages = result.advantages[rows, : experience.action_mask.shape[1]].clone()
+        experience.returns = experience.advantages.clone()
+        experience.info["return"] = outcome[rows].clone()
+        for name, values in per_sample.items():
+            experience.info[name] = values[rows].clone()
+        experience.kl = None
+        start += count
+    return experiences
+
+
+def _marked(function: Callable, original: Callable) -> Callable:
+    setattr(function, PATCH_MARK, True)
+    function.__wrapped__ = original
+    return function
+
+
+def patch_experience_maker(module: Any) -> None:
+    """Route ``gepo`` / ``edge_eda`` through ``compute_edge_advantages`` (other estimators: OpenRLHF's code)."""
+    check_module_version(module)
+    cls = module.RemoteExperienceMaker
+    original = cls.compute_advantages_and_returns
+    if getattr(original, PATCH_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def compute_advantages_and_returns(self, experiences):
+        if self.strategy.args.algo.advantage.estimator not in ESTIMATORS:
+            return original(self, experiences)
+        return compute_edge_advantages(self, experiences, run_options(), module.apply_length_penalties)
+
+    cls.compute_advantages_and_returns = _marked(compute_advantages_and_returns, original)
+
+
+def patch_trainer(module: Any) -> None:
+    """Save GEPO's thresholds in every checkpoint's client_states and restore them on resume."""
+    check_module_version(module)
+    cls = module.BasePPOTrainer
+    save, restore = cls.save_logs_and_checkpoints, cls.restore_best_checkpoint_state
+    if getattr(save, PATCH_MARK, False):
+        return
+
+    @functools.wraps(save)
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        thresholds = gepo_thresholds(self.experience_maker, run_options())
+        if thresholds is not None and client_states is not None:
+            client_states[GEPO_STATE_KEY] = thresholds.state_dict()
+        return save(self, global_step, logs_dict, client_states)
+
+    @functools.wraps(restore)
+    def restore_best_checkpoint_state(self, checkpoint_states):
+        restore(self, checkpoint_states)
+        options = run_options()
+        thresholds = gepo_thresholds(self.experience_maker, options)
+        if thresholds is None:
+            return
+        states = checkpoint_states or {}
+        if GEPO_STATE_KEY in states:
+            thresholds.load_state_dict(states[GEPO_STATE_KEY])
+        elif states.get("global_step", 0) > 0 and not options.gepo.resume_without_state:
+            raise ValueError(
+                f"Resuming a gepo run at global_step {states['global_step']} from a checkpoint without GEPO's "
+                f"thresholds ({GEPO_STATE_KEY!r} in client_states): it was not saved by edge_verl's launcher. Set "
+                "gepo.resume_without_state=true in the EDGE_VERL_OPENRLHF file to start the thresholds afresh."
+            )
+
+    cls.save_logs_and_checkpoints = _marked(save_logs_and_checkpoints, save)
+    cls.restore_best_checkpoint_state = _marked(restore_best_checkpoint_state, restore)
+
+
+def edge_verl_token_entropy(self, sequences, action_mask, attention_mask):
+    """(B, A) token entropy of the actor (no gradient) on an experience's sequences, masked like OpenRLHF's
+    action log-probs; runs in a PolicyModelActor worker (GPU)."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"  # "cpu": the CPU test only
+    self.actor.eval()
+    with torch.no_grad():
+        _, output = self.actor(
+            sequences.to(device), action_mask.to(device), attention_mask.to(device),
+            return_output=True, return_entropy=True, ring_attn_group=self.strategy.ring_attn_group,
+        )
+    self.actor.train()
+    entropy = output.entropy[:, -action_mask.shape[1]:] * action_mask.to(device).float()
+    return entropy.to("cpu")
+
+
+def patch_launcher(module: Any) -> None:
+    """Give the actor workers ``edge_verl_token_entropy`` (reached through OpenRLHF's ``execute_batch``)."""
+    check_module_version(module)
+    if not hasattr(module.BaseModelActor, ENTROPY_METHOD):
+        setattr(module.BaseModelActor, ENTROPY_METHOD, _marked(edge_verl_token_entropy, edge_verl_token_entropy))
+
+
+PATCHES = {
+    "openrlhf.trainer.ppo_utils.experience_maker": patch_experience_maker,
+    "openrlhf.trainer.ppo_trainer": patch_trainer,
+    "openrlhf.trainer.ray.launcher": patch_launcher,
+}
+
+
+def install() -> None:
+    """Patch each module of ``PATCHES`` when this process imports it (Ray's worker_process_setup_hook)."""
+    for name, patch in PATCHES.items():
+        when_imported(name, patch)

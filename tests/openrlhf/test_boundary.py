@@ -1,0 +1,28 @@
+"""The OpenRLHF coupling runs in OpenRLHF's environment: importing it imports neither verl nor Ray nor
+OpenRLHF (they are imported where OpenRLHF already has them); and the hook files are where the docs say."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.openrlhf.conftest import REPO
+
+BLOCKED = ("verl", "ray", "openrlhf", "vllm", "hydra", "omegaconf")
+
+
+def test_importing_the_coupling_pulls_in_no_trainer():
+    code = (
+        "import sys\n"
+        f"for name in {BLOCKED!r}: sys.modules[name] = None\n"  # None: any import of them raises ImportError
+        "import edge_verl.openrlhf.options, edge_verl.openrlhf.reward_func, edge_verl.openrlhf.estimators\n"
+        "import edge_verl.openrlhf.internals, edge_verl.openrlhf.train_ppo_ray\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
+
+
+def test_module_prints_the_hook_file_paths():
+    for name, file in (("reward", "reward_func.py"), ("agent", "gec_agent.py")):
+        out = subprocess.run([sys.executable, "-m", "edge_verl.openrlhf", name], capture_output=True, text=True,
+                             check=True, cwd=REPO, timeout=120).stdout.strip()
+        assert out == str(REPO / "edge_verl" / "openrlhf" / file)
