@@ -143,13 +143,31 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
     study.add_argument("--export", type=Path, default=None, metavar="DIR",
                        help="copy the finished runs' metrics files and the report, recomputed from the copies, to DIR; run nothing")
+    study.add_argument("--calibrate", nargs="*", type=int, default=None, metavar="WARM_STEPS",
+                       help="measure the starting point instead: p0 and the all-wrong group share at K=8 of each seed's "
+                       "warm-started model, for each warm-start length given (default: the task's), offline in seconds; run nothing")
     study.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run's verl main_ppo")
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from edge_verl.demo.task import get_task
+    from edge_verl.study.calibrate import calibrate
+
+    steps = args.calibrate or [get_task(args.task).warm_start_steps]
+    if any(value < 0 for value in steps) or any(seed < 0 for seed in args.seeds):
+        print(f"edge-verl study: --calibrate {steps} --seeds {args.seeds}: warm-start steps and seeds must be >= 0", file=sys.stderr)
+        return 2
+    for found in calibrate(args.task, args.seeds, steps, args.out / "calibration"):
+        print(found.line(), flush=True)
+    return 0
 
 
 def _study(args: argparse.Namespace) -> int:
     from edge_verl.study.report import export, write_report
     from edge_verl.study.runner import StudyConfig, StudyError, plan, run_study
 
+    if args.calibrate is not None:
+        return _calibrate(args)
     try:
         config = StudyConfig(
             task=args.task, methods=tuple(args.methods), seeds=tuple(args.seeds), steps=args.steps, test_freq=args.test_freq,

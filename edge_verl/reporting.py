@@ -143,6 +143,43 @@ def paired_difference(
     return PairedDifference(per_seed, mean, spread, len(differences), confidence, (mean - half, mean + half))
 
 
+def paired_p_value(difference: PairedDifference) -> Optional[float]:
+    """Two-sided p-value of a paired difference's mean against 0 (Student t, df = n - 1); None below two
+    pairs; 0 when every pair differs by the same nonzero amount, 1 when all are 0."""
+    if difference.n < 2 or difference.std is None:
+        return None
+    if difference.std == 0:
+        return 1.0 if difference.mean == 0 else 0.0
+    t = abs(difference.mean) / (difference.std / math.sqrt(difference.n))
+    return max(0.0, 1.0 - _t_two_sided_mass(t, difference.n - 1))
+
+
+def minimum_detectable_difference(std: float, n: int, confidence: float = 0.95, power: float = 0.8) -> Optional[float]:
+    """The smallest true paired mean difference a two-sided paired t-test at level 1 - ``confidence`` detects
+    with probability ``power``, given the paired SD ``std`` and ``n`` pairs: (t(1 - alpha/2, n - 1) +
+    t(power, n - 1)) * std / sqrt(n) (the usual approximation of the noncentral t). None below two pairs.
+    n = 4, std = 0.02: (3.182 + 0.978) * 0.02 / 2 = 0.0416."""
+    if n < 2:
+        return None
+    if not 0 < confidence < 1 or not 0.5 < power < 1:
+        raise ValueError(f"confidence={confidence!r} must be in (0, 1), power={power!r} in (0.5, 1)")
+    df = n - 1
+    return (student_t_quantile((1 + confidence) / 2, df) + student_t_quantile(power, df)) * std / math.sqrt(n)
+
+
+def holm_adjust(p_values: Mapping[str, Optional[float]]) -> dict[str, Optional[float]]:
+    """Holm's step-down adjustment of a family of p-values (name -> p; None stays None and is not counted):
+    the k-th smallest of m is multiplied by m - k + 1, then made monotone and capped at 1.
+    {a: 0.01, b: 0.04, c: 0.03} -> a 0.03, c 0.06, b 0.06 (0.04 * 1 = 0.04 raised to the running max 0.06)."""
+    present = sorted((value, name) for name, value in p_values.items() if value is not None)
+    adjusted: dict[str, Optional[float]] = {name: None for name in p_values}
+    running = 0.0
+    for rank, (value, name) in enumerate(present):
+        running = max(running, min(1.0, value * (len(present) - rank)))
+        adjusted[name] = running
+    return adjusted
+
+
 def difference_text(entry: Optional[Mapping], digits: int = 2) -> str:
     """A paired difference (``PairedDifference.as_dict``) as "+1.23 [-0.50, +2.96]"; one pair: no interval."""
     if entry is None:

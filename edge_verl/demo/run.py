@@ -65,10 +65,11 @@ class DemoConfig:
     lr_warmup_steps: int = 3
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
-    # 50 supervised steps leave the tiny model ~12% accurate, just short of learning the task: a weak
-    # "base model" that GRPO visibly improves within 20 steps (measured; 150 steps of random-digit
-    # format training instead left it at 8% and GRPO did not move it).
-    warm_start_steps: int = 50
+    # Supervised warm-start steps; None: the task's own (Task.warm_start_steps; copy: 50 steps leave the
+    # tiny model ~12% accurate, just short of learning the task: a weak "base model" that GRPO visibly
+    # improves within 20 steps (measured; 150 steps of random-digit format training instead left it at 8%
+    # and GRPO did not move it)).
+    warm_start_steps: int | None = None
     save_freq: int = -1
     resume: bool = False
     # Pad the tiny model's vocabulary (259 tokens) to a multiple of this: Megatron's tensor parallel
@@ -111,6 +112,8 @@ class DemoConfig:
             raise ValueError(f"lr={self.lr!r} must be > 0")
         if not self.val_temperature >= 0:
             raise ValueError(f"val_temperature={self.val_temperature!r} must be >= 0")
+        if self.warm_start_steps is None:
+            self.warm_start_steps = task.get_task(self.task).warm_start_steps
         if isinstance(self.warm_start_steps, bool) or not isinstance(self.warm_start_steps, int) or self.warm_start_steps < 0:
             raise ValueError(f"warm_start_steps={self.warm_start_steps!r} must be an integer >= 0")
         self.out = Path(self.out)
@@ -129,32 +132,40 @@ def model_recipe(config: DemoConfig) -> dict:
     }
 
 
+def build_warm_model(recipe: dict, model_dir: Path) -> Path:
+    """Build the tiny model of ``recipe`` (``model_recipe``'s fields) in ``model_dir``: a fresh Qwen2 of that
+    seed and size, warm-started on the answer format of the task's training problems only; unless the folder
+    already holds that recipe's model."""
+    from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
+
+    model_dir = Path(model_dir)
+    record = model_dir / tiny.RECORD
+    if (model_dir / "model.safetensors").exists() and record.exists() and json.loads(record.read_text()) == recipe:
+        return model_dir
+    tokenizer = tiny.build_tokenizer(model_dir)
+    model = tiny.build_model(
+        tokenizer, seed=recipe["seed"], vocab_multiple=recipe["vocab_multiple"], attention_heads=recipe["attention_heads"]
+    )
+    tiny.warm_start(
+        model,
+        tokenizer,
+        task.get_task(recipe["task"]).warm_start_problems(),
+        task.ANSWER_FORMAT,
+        steps=recipe["warm_start_steps"],
+        seed=recipe["seed"],
+        correct_fraction=1.0,
+    )
+    tiny.save(model, tokenizer, model_dir, record=recipe)
+    return model_dir
+
+
 def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     """Tiny model (warm-started on the answer format, on the task's training problems only) and the train /
     validation parquet under ``config.out``: ``train`` (the method's file variant), ``val`` (training
     problems, the demo's set), ``val_seen`` and ``val_heldout`` (every training / held-out problem once)."""
-    from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
-
     the_task = task.get_task(config.task)
-    model_dir = config.out / "model"
+    model_dir = build_warm_model(model_recipe(config), config.out / "model")
     data_dir = config.out / "data"
-    recipe = model_recipe(config)
-    record = model_dir / tiny.RECORD
-    if not (model_dir / "model.safetensors").exists() or not record.exists() or json.loads(record.read_text()) != recipe:
-        tokenizer = tiny.build_tokenizer(model_dir)
-        model = tiny.build_model(
-            tokenizer, seed=config.seed, vocab_multiple=config.vocab_multiple, attention_heads=config.attention_heads
-        )
-        tiny.warm_start(
-            model,
-            tokenizer,
-            the_task.warm_start_problems(),
-            task.ANSWER_FORMAT,
-            steps=config.warm_start_steps,
-            seed=config.seed,
-            correct_fraction=1.0,
-        )
-        tiny.save(model, tokenizer, model_dir, record=recipe)
     method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
     train = task.write_parquet(
         task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name),

@@ -34,6 +34,9 @@ class Task:
     data_source: str
     train_problems: tuple[Problem, ...]
     heldout_problems: tuple[Problem, ...]
+    # The demo's warm start for this task (DemoConfig.warm_start_steps when not given): it sets the starting
+    # accuracy, measured by edge_verl/study/calibrate.py (``edge-verl study --calibrate``).
+    warm_start_steps: int = 50
 
     def __post_init__(self) -> None:
         if not self.train_problems or not self.heldout_problems:
@@ -88,6 +91,38 @@ def _addmod_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 
 _ADDMOD_TRAIN, _ADDMOD_HELDOUT = _addmod_split()
+
+
+def _pair_problem(digits: str) -> Problem:
+    low, high = min(digits), max(digits)
+    answer = low + high
+    return f"Pair {digits}", answer, f"The two digits of {digits}, smaller first, are {answer}. {ANSWER_FORMAT.format(answer)}"
+
+
+# pair: every 8-digit string written with exactly two distinct digits (45 pairs x 254 strings), shuffled once
+# with this seed; 4000 train and 1000 are held out (disjoint strings; every pair occurs in both).
+PAIR_SPLIT_SEED = 2027
+PAIR_LENGTH = 8
+PAIR_TRAIN, PAIR_HELDOUT = 4000, 1000
+
+
+def _pair_strings() -> list[str]:
+    strings = []
+    for low in range(10):
+        for high in range(low + 1, 10):
+            for bits in range(1, 2**PAIR_LENGTH - 1):  # neither all-low nor all-high
+                strings.append("".join(str(high if bits >> k & 1 else low) for k in range(PAIR_LENGTH)))
+    return strings
+
+
+def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
+    strings = _pair_strings()
+    random.Random(PAIR_SPLIT_SEED).shuffle(strings)
+    problems = [_pair_problem(digits) for digits in strings[: PAIR_TRAIN + PAIR_HELDOUT]]
+    return tuple(problems[:PAIR_TRAIN]), tuple(problems[PAIR_TRAIN:])
+
+
+_PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
 TASKS: dict[str, Task] = {
     task.name: task
     for task in (
@@ -96,6 +131,11 @@ TASKS: dict[str, Task] = {
              tuple(_copy_problem(d, 12) for d in range(10)), tuple(_copy_problem(d, 8) for d in range(10))),
         Task("addmod", "last digit of a + b (collapse regime: ~5% accurate after the warm start)", "edge_verl/demo_addmod",
              _ADDMOD_TRAIN, _ADDMOD_HELDOUT),
+        # A rule (the set of digits of the string, smaller first) that carries to the 1000 held-out strings:
+        # 45 possible answers, so the warm start's length sets the starting accuracy (measured by
+        # edge_verl/study/calibrate.py: 70-80 warm-start steps give p0 of 4-9%, 50-72% all-wrong groups at K=8).
+        Task("pair", "the two digits of a two-digit string, smaller first (a rule that carries to held-out strings)",
+             "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=75),
     )
 }
 TASK_NAMES = tuple(TASKS)

@@ -1,0 +1,193 @@
+"""The study's noise-free evaluation (edge_verl/study/exact_eval.py), its starting-point calibration and the
+power statistics of its report (edge_verl/reporting.py): offline, a tiny model built here, seconds."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from edge_verl.demo import task as tasks
+from edge_verl.reporting import PairedDifference, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
+from edge_verl.demo.run import DemoConfig, build_warm_model, model_recipe
+from edge_verl.study.calibrate import Calibration, measure_start
+from edge_verl.study.exact_eval import EvalConfig, decode, evaluate_problems, gold_log_probs, gumbel_noise, problem_seed
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory):
+    # 70 warm-start steps on pair: a model that is right on some problems and wrong on others (p0 ~5%).
+    folder = tmp_path_factory.mktemp("pair_model")
+    return build_warm_model(model_recipe(DemoConfig(task="pair", seed=1, warm_start_steps=70, out=folder)), folder)
+
+
+def _problems(split: str, count: int) -> list[tuple[str, str]]:
+    the_task = tasks.get_task("pair")
+    chosen = the_task.heldout_problems if split == "heldout" else the_task.train_problems
+    return [(question, answer) for question, answer, _ in chosen[:count]]
+
+
+# --- the pair task -----------------------------------------------------------------------------------------
+
+def test_pair_answers_follow_the_rule_and_held_out_strings_are_never_trained():
+    the_task = tasks.get_task("pair")
+    assert (len(the_task.train_problems), len(the_task.heldout_problems)) == (4000, 1000)
+    for question, answer, solution in the_task.train_problems + the_task.heldout_problems:
+        digits = question.split()[1]
+        assert len(digits) == 8 and set(digits) == set(answer) and answer == "".join(sorted(set(digits)))
+        assert solution.endswith(f"\\boxed{{{answer}}}")
+    assert not {q for q, _, _ in the_task.train_problems} & {q for q, _, _ in the_task.heldout_problems}
+    # the rule, not the strings, carries: every one of the 45 answers occurs in both splits
+    assert {a for _, a, _ in the_task.train_problems} == {a for _, a, _ in the_task.heldout_problems}
+    assert len({a for _, a, _ in the_task.heldout_problems}) == 45
+
+
+# --- sampling and teacher forcing ------------------------------------------------------------------------------
+
+def test_gumbel_max_samples_the_softmax():
+    # argmax(logits + Gumbel) ~ softmax(logits): logits log(0.7), log(0.2), log(0.1) over 20000 draws.
+    noise = gumbel_noise(seed=3, samples=20000, max_new_tokens=1, vocab=3, temperature=1.0)[:, 0, :]
+    logits = torch.log(torch.tensor([0.7, 0.2, 0.1]))
+    counts = torch.bincount((logits + noise).argmax(-1), minlength=3).double() / 20000
+    torch.testing.assert_close(counts, torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64), atol=0.015, rtol=0)
+
+
+def test_a_problems_noise_depends_on_the_seed_and_its_index_only():
+    assert problem_seed(0, 5) == problem_seed(0, 5)
+    assert len({problem_seed(seed, index) for seed in range(3) for index in range(100)}) == 300
+    torch.testing.assert_close(gumbel_noise(problem_seed(0, 5), 2, 4, 7, 1.0), gumbel_noise(problem_seed(0, 5), 2, 4, 7, 1.0))
+
+
+def test_teacher_forced_log_prob_equals_the_unpadded_chain_rule(warm_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(warm_model))
+    model = AutoModelForCausalLM.from_pretrained(str(warm_model)).eval()
+    # prompts of different lengths, so the batch is left-padded
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
+               for q in ("Pair 22266626", "Pair 6")]
+    prompts = [list(p if isinstance(p, list) else p["input_ids"]) for p in prompts]
+    golds = [tokenizer.encode("\\boxed{26}", add_special_tokens=False) + [tokenizer.eos_token_id],
+             tokenizer.encode("\\boxed{6}", add_special_tokens=False) + [tokenizer.eos_token_id]]
+    with torch.inference_mode():
+        batched = gold_log_probs(model, tokenizer, prompts, golds)
+        for prompt, gold, value in zip(prompts, golds, batched):
+            # slow reference: sum over gold tokens of log p(token | everything before it), one unpadded row
+            ids = torch.tensor([prompt + gold])
+            log_probs = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+            expected = sum(float(log_probs[len(prompt) - 1 + k, token]) for k, token in enumerate(gold))
+            assert value == pytest.approx(expected, abs=1e-4)
+            assert value < 0
+
+
+def test_greedy_decoding_stops_at_the_end_token_and_respects_the_cap(warm_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(warm_model))
+    model = AutoModelForCausalLM.from_pretrained(str(warm_model)).eval()
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Pair 22266626"}], add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
+    with torch.inference_mode():
+        for cap in (1, 3, 16):
+            (generated,) = decode(model, [prompt], None, tokenizer.eos_token_id, tokenizer.pad_token_id, cap)
+            assert 1 <= len(generated) <= cap
+            assert tokenizer.eos_token_id not in generated[:-1]
+
+
+# --- the evaluation ------------------------------------------------------------------------------------------
+
+def test_two_evaluations_of_one_checkpoint_give_identical_numbers(warm_model):
+    problems = _problems("heldout", 24)
+    config = EvalConfig(samples=4, batch_size=8)
+    first, second = evaluate_problems(warm_model, problems, config), evaluate_problems(warm_model, problems, config)
+    assert first == second
+    for key in ("greedy_acc", "gold_prob", "sampled_acc"):
+        assert 0 <= first[key] <= 1 and math.isfinite(first[key])
+    assert first["n"] == 24 and first["config"]["max_new_tokens"] == 16
+
+
+def test_a_problems_numbers_do_not_depend_on_the_other_problems_or_their_order(warm_model):
+    # batch_size 1: no padding, so the only thing that could couple problems is the noise (it must not)
+    problems = _problems("train", 6)
+    config = EvalConfig(samples=8, batch_size=1)
+    alone = evaluate_problems(warm_model, problems, config)["per_problem"]
+    order = [5, 0, 3, 1, 4, 2]
+    shuffled = evaluate_problems(warm_model, [problems[i] for i in order], config)["per_problem"]
+    # the noise follows the position in the list: problem i keeps problem_seed(seed, i) only in its own slot,
+    # so greedy and gold_prob (no noise) match problem by problem, sampled by slot under the same draws
+    for slot, index in enumerate(order):
+        assert shuffled["greedy"][slot] == alone["greedy"][index]
+        assert shuffled["gold_prob"][slot] == pytest.approx(alone["gold_prob"][index], rel=1e-6)
+
+
+def test_another_evaluation_seed_draws_other_samples(warm_model):
+    problems = _problems("train", 32)
+    base = evaluate_problems(warm_model, problems, EvalConfig(samples=8, seed=0))
+    other = evaluate_problems(warm_model, problems, EvalConfig(samples=8, seed=1))
+    assert base["greedy_acc"] == other["greedy_acc"] and base["gold_prob"] == other["gold_prob"]
+    assert base["per_problem"]["sampled"] != other["per_problem"]["sampled"]
+
+
+@pytest.mark.parametrize("bad", [{"max_new_tokens": 0}, {"samples": 0}, {"temperature": 0.0}, {"temperature": float("nan")},
+                                 {"seed": -1}, {"batch_size": True}])
+def test_eval_config_refuses_bad_values_by_name(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        EvalConfig(**bad)
+
+
+def test_calibration_measures_the_start_of_a_warm_model(warm_model):
+    measured = measure_start(warm_model, "pair", problems=32)
+    assert measured["problems"] == 32
+    assert 0 <= measured["p0"] <= 1 and 0 <= measured["all_wrong_group_frac"] <= 1
+    # a problem with no correct sample among 8 has sampled accuracy 0; p0 <= 1 - all-wrong share
+    assert measured["p0"] <= 1 - measured["all_wrong_group_frac"] + 1e-12
+    line = Calibration("pair", 1, 70, **measured).line()
+    assert "p0" in line and "seed 1" in line
+
+
+# --- power ---------------------------------------------------------------------------------------------------
+
+def test_minimum_detectable_difference_by_hand():
+    # n = 4, paired SD 0.02: t(0.975, 3) = 3.1824, t(0.8, 3) = 0.9785; (3.1824 + 0.9785) * 0.02 / sqrt(4) = 0.04161
+    assert minimum_detectable_difference(0.02, 4) == pytest.approx(0.04161, abs=1e-4)
+    assert minimum_detectable_difference(0.02, 1) is None
+    # more pairs, smaller MDD
+    assert minimum_detectable_difference(0.02, 16) < minimum_detectable_difference(0.02, 4)
+
+
+def test_paired_p_value_matches_the_t_distribution():
+    # differences 1, 2, 3: mean 2, sd 1, t = 2 / (1 / sqrt 3) = 3.4641, df 2: two-sided p = 1 - t / sqrt(t^2 + 2) = 0.0742
+    difference = paired_difference({"1": 1.0, "2": 2.0, "3": 3.0}, {"1": 0.0, "2": 0.0, "3": 0.0})
+    assert paired_p_value(difference) == pytest.approx(1 - 3.4641 / math.sqrt(3.4641**2 + 2), abs=1e-4)
+    assert paired_p_value(PairedDifference({"1": 0.5}, 0.5, None, 1, 0.95, None)) is None
+    same = paired_difference({"1": 1.0, "2": 1.0}, {"1": 0.0, "2": 0.0})
+    assert paired_p_value(same) == 0.0
+
+
+def test_holm_adjustment_by_hand():
+    # sorted 0.01, 0.03, 0.04 of m = 3: 0.03, 0.06, max(0.06, 0.04) = 0.06
+    assert holm_adjust({"a": 0.01, "b": 0.04, "c": 0.03, "d": None}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": None})
+    assert holm_adjust({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}
+
+
+def test_holm_never_lowers_a_p_value_and_keeps_the_order():
+    rng = random.Random(0)
+    for _ in range(200):
+        raw = {str(k): rng.random() for k in range(rng.randrange(1, 8))}
+        adjusted = holm_adjust(raw)
+        assert all(adjusted[k] >= raw[k] and adjusted[k] <= 1 for k in raw)
+        ranked = sorted(raw, key=raw.get)
+        assert [adjusted[k] for k in ranked] == sorted(adjusted[k] for k in ranked)
+
+
+def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, capsys):
+    from edge_verl.cli import main
+
+    assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "0", "--out", str(tmp_path)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pair")]
+    # an untrained model writes no boxed pair: p0 0, every group all wrong
+    assert "seed 1" in line and "warm start    0 steps: p0 0.000, all-wrong groups (K=8) 1.00" in line
+    assert not (tmp_path / "runs").exists() and (tmp_path / "calibration" / "pair_seed1_warm0").is_dir()
+    assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "-1", "--out", str(tmp_path)]) == 2
