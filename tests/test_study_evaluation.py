@@ -13,6 +13,7 @@ from edge_verl.demo import task as tasks
 from edge_verl.reporting import PairedDifference, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
 from edge_verl.demo.run import DemoConfig, build_warm_model, model_recipe
 from edge_verl.study.calibrate import Calibration, measure_start
+from edge_verl.study.verdict import PRIMARY_CONTRASTS, baseline_gate, contrasts, verdict_text
 from edge_verl.study.exact_eval import EvalConfig, decode, evaluate_problems, gold_log_probs, gumbel_noise, problem_seed
 
 
@@ -191,3 +192,46 @@ def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, caps
     assert "seed 1" in line and "warm start    0 steps: p0 0.000, all-wrong groups (K=8) 1.00" in line
     assert not (tmp_path / "runs").exists() and (tmp_path / "calibration" / "pair_seed1_warm0").is_dir()
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "-1", "--out", str(tmp_path)]) == 2
+
+
+# --- the gate and the contrasts (edge_verl/study/verdict.py) --------------------------------------------------
+
+def test_the_gate_passes_only_when_the_baseline_learned_in_every_seed():
+    start = {"1": 0.10, "2": 0.10}
+    learned = baseline_gate(start, {"1": 0.20, "2": 0.15}, {"1": 0.06, "2": 0.05}, {"1": 0.12, "2": 0.08})
+    assert learned.passed and learned.per_seed["2"] == pytest.approx({"seen_gain": 0.05, "reward_gain": 0.03})
+    # seed 2's reward rose by 0.01 < 0.02: the gate fails and names it
+    flat = baseline_gate(start, {"1": 0.20, "2": 0.15}, {"1": 0.06, "2": 0.05}, {"1": 0.12, "2": 0.06})
+    assert not flat.passed and "seed 2: reward_gain +0.010" in flat.reason
+    assert not baseline_gate({}, {}, {}, {}).passed
+    with pytest.raises(ValueError, match="margin"):
+        baseline_gate(start, start, start, start, margin=float("nan"))
+
+
+def test_contrasts_are_named_in_advance_and_the_rest_holm_adjusted():
+    # edge - grpo = 0.05, 0.07, 0.06 per seed: mean 0.06, sd 0.01; eda - grpo = 0.01, -0.01, 0.0
+    values = {
+        "grpo": {"1": 0.10, "2": 0.20, "3": 0.30},
+        "edge": {"1": 0.15, "2": 0.27, "3": 0.36},
+        "eda": {"1": 0.11, "2": 0.19, "3": 0.30},
+        "gec": {"1": 0.12, "2": 0.22, "3": 0.33},
+        "edge_sft_injected": {"1": 0.10, "2": 0.25, "3": 0.29},
+    }
+    found = contrasts(values, list(values))
+    assert [(e["method"], e["against"]) for e in found["primary"]] == [("edge", "grpo"), ("eda", "grpo")]
+    edge = found["primary"][0]
+    assert edge["mean"] == pytest.approx(0.06) and edge["std"] == pytest.approx(0.01)
+    # MDD = (t(0.975, 2) + t(0.8, 2)) * 0.01 / sqrt 3 = (4.3027 + 1.0607) * 0.005774 = 0.03097
+    assert edge["mdd"] == pytest.approx(0.03097, abs=1e-4)
+    assert [e["method"] for e in found["further"]] == ["gec", "edge_sft_injected"]
+    assert all(e["p_holm"] >= e["p"] for e in found["further"])
+    assert all((m, a) in PRIMARY_CONTRASTS for m, a in ((e["method"], e["against"]) for e in found["primary"]))
+
+
+def test_no_verdict_without_a_learning_baseline():
+    entry = {"method": "edge", "against": "grpo", "mean": 0.06, "p": 0.001, "mdd": 0.03, "n": 3}
+    learned = baseline_gate({"1": 0.1}, {"1": 0.2}, {"1": 0.1}, {"1": 0.2})
+    failed = baseline_gate({"1": 0.1}, {"1": 0.1}, {"1": 0.1}, {"1": 0.1})
+    assert verdict_text(entry, learned) == "edge above grpo"
+    assert verdict_text(entry, failed).startswith("uninformative")
+    assert verdict_text({**entry, "p": 0.4}, learned) == "no difference detected (detectable: |Δ| >= 0.030)"

@@ -1,0 +1,99 @@
+"""What a study may conclude: the baseline gate and the contrasts named in advance (pure; numbers in, verdicts out).
+
+- **Gate.** A comparison of remedies for GRPO's collapse says something only if GRPO itself learned: in every
+  seed, its final accuracy on the seen problems and its sampled training reward must exceed their starting
+  values by at least ``margin``. When it fails, the report says the comparison is uninformative and prints
+  no verdicts (the numbers stay, labelled).
+- **Primary contrasts** (``PRIMARY_CONTRASTS``, named before any run): for each, the paired mean difference
+  over seeds, its Student-t interval, the two-sided p-value and the minimum detectable difference (MDD) at
+  80% power from the observed paired SD and n. A primary contrast is reported unadjusted; every further
+  contrast (each other method against the baseline) is Holm-adjusted as one family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from edge_verl.reporting import holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
+
+BASELINE = "grpo"
+# (method, against): EDGE-GRPO's and GEPO's headline claims against GRPO, then GEC's two controls against EDGE
+# (is it the right answer, is it the gradient through the injected tokens).
+PRIMARY_CONTRASTS = (("edge", "grpo"), ("eda", "grpo"), ("gepo", "grpo"), ("edge", "edge_placebo"), ("edge", "edge_masked"))
+GATE_MARGIN = 0.02
+POWER = 0.8
+
+PerSeed = Mapping[str, float]  # seed (as a string) -> value
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    per_seed: dict[str, dict[str, float]]  # seed -> {seen_gain, reward_gain}
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "per_seed": self.per_seed, "reason": self.reason}
+
+
+def baseline_gate(seen_start: PerSeed, seen_final: PerSeed, reward_start: PerSeed, reward_final: PerSeed,
+                  margin: float = GATE_MARGIN) -> GateResult:
+    """Did the baseline learn? Passes when, in every seed that has all four numbers, the final seen accuracy
+    and the late sampled reward exceed their starting values by at least ``margin`` (and at least one seed
+    has them). The reason names each failing seed."""
+    if not margin >= 0:
+        raise ValueError(f"margin={margin!r} must be >= 0")
+    seeds = [seed for seed in seen_final if seed in seen_start and seed in reward_start and seed in reward_final]
+    if not seeds:
+        return GateResult(False, {}, f"no seed of {BASELINE} has its start and final numbers")
+    per_seed, failing = {}, []
+    for seed in seeds:
+        gains = {"seen_gain": seen_final[seed] - seen_start[seed], "reward_gain": reward_final[seed] - reward_start[seed]}
+        per_seed[seed] = gains
+        short = [name for name, gain in gains.items() if not gain >= margin]
+        if short:
+            failing.append(f"seed {seed}: " + ", ".join(f"{name} {gains[name]:+.3f}" for name in short))
+    if failing:
+        return GateResult(False, per_seed, f"{BASELINE} did not learn by a margin of {margin:g} in every seed ({'; '.join(failing)})")
+    return GateResult(True, per_seed, f"{BASELINE} learned in all {len(seeds)} seeds (seen accuracy and sampled reward up by >= {margin:g})")
+
+
+def contrast(values: Mapping[str, PerSeed], method: str, against: str, confidence: float = 0.95) -> Optional[dict]:
+    """``method - against`` paired by seed: the paired difference's fields, ``p`` and ``mdd`` (None when
+    either method is missing or shares no seed)."""
+    if method not in values or against not in values:
+        return None
+    difference = paired_difference(values[method], values[against], confidence)
+    if difference is None:
+        return None
+    mdd = minimum_detectable_difference(difference.std, difference.n, confidence, POWER) if difference.std is not None else None
+    return {"method": method, "against": against, **difference.as_dict(), "p": paired_p_value(difference), "mdd": mdd}
+
+
+def contrasts(values: Mapping[str, PerSeed], methods: Sequence[str], confidence: float = 0.95) -> dict[str, list[dict]]:
+    """{primary: [...], further: [...]}: the primary contrasts among ``methods`` (unadjusted), then every other
+    method against the baseline not already primary, with Holm-adjusted p-values (``p_holm``)."""
+    primary = [found for method, against in PRIMARY_CONTRASTS
+               if method in methods and against in methods and (found := contrast(values, method, against, confidence))]
+    named = set(PRIMARY_CONTRASTS)
+    further = [found for method in methods
+               if method != BASELINE and (method, BASELINE) not in named and (found := contrast(values, method, BASELINE, confidence))]
+    adjusted = holm_adjust({entry["method"]: entry["p"] for entry in further})
+    for entry in further:
+        entry["p_holm"] = adjusted[entry["method"]]
+    return {"primary": primary, "further": further}
+
+
+def verdict_text(entry: dict, gate: GateResult, p_key: str = "p", alpha: float = 0.05) -> str:
+    """One line per contrast: "uninformative (baseline did not learn)" when the gate failed; else above /
+    below when the (adjusted) p is below ``alpha``, or "no difference detected (MDD x)"."""
+    if not gate.passed:
+        return "uninformative: the baseline did not learn"
+    p = entry.get(p_key)
+    if p is None:
+        return f"no interval ({entry['n']} paired seed)"
+    if p < alpha:
+        return f"{entry['method']} {'above' if entry['mean'] > 0 else 'below'} {entry['against']}"
+    mdd = entry.get("mdd")
+    return "no difference detected" + (f" (detectable: |Δ| >= {mdd:.3f})" if mdd is not None else "")
