@@ -13,8 +13,10 @@ by GEC, not sampled from the policy; ``edge_gec.injected_loss`` says how the act
 Diagnostics per origin and micro-batch (``origin_sums``), as SUMS so that a ratio of two of them, taken
 after verl has averaged each over micro-batches, data-parallel ranks and mini-batches (the same number
 of values per key), is the token-weighted value over the whole update (``finish_origin_metrics``):
-token share; old-policy log-prob mean; importance ratio pi_theta / pi_old mean, and max (the largest of
-each mini-batch, averaged over the update's mini-batches as verl averages every actor metric); clip fraction
+token share; old-policy log-prob mean; importance ratio pi_theta / pi_old mean, and max (the largest over
+the whole update, on both trainers: ``AGGREGATION`` declares it a max, which verl's v1 trainer already
+applies to keys containing "max" and ``finish_origin_metrics`` applies to the legacy trainer's list of
+per-mini-batch values, where an origin absent from a mini-batch logs 0 < any ratio); clip fraction
 (tokens whose PPO clip is active: A > 0 and ratio > 1 + eps_high, or A < 0 and ratio < 1 - eps_low, with
 the advantage the surrogate received); gradient share: of sum_t |dL/dlogp_t| (the surrogate's gradient with
 respect to each token's log-prob, one ``autograd.grad`` over the loss's elementwise ops, no second
@@ -36,6 +38,9 @@ LOG_RATIO_CLAMP = 20.0
 RAW_SUMS = ("_tokens", "_old_logprob_sum", "_ratio_sum", "_clipped", "_grad_abs")
 RAW_MAX = "ratio_max"
 NLL_SUM = "_sft_nll_sum"
+# How each raw metric is reduced over micro- and mini-batches, declared here where it is made: the sums by the
+# mean (a ratio of two means over the same count of values is the ratio of the sums), the ratio maxima by max.
+AGGREGATION = {**{name: "mean" for name in (*RAW_SUMS, NLL_SUM)}, RAW_MAX: "max"}
 
 
 def sampled_token_mean(values: torch.Tensor, origins: torch.Tensor, response_mask: torch.Tensor) -> float:
@@ -111,11 +116,16 @@ def origin_sums(
     return metrics
 
 
-def _mean(value) -> float:
-    """A metric value as verl hands it to the trainer: a float, or a list of per-mini-batch floats."""
-    if isinstance(value, (list, tuple)):
-        return sum(float(v) for v in value) / len(value) if value else 0.0
-    return float(value)
+def _reduce(name: str, value) -> float:
+    """A raw metric as verl hands it to the trainer (a float: v1, already reduced; a list of per-mini-batch
+    floats: legacy) reduced by its ``AGGREGATION`` (``name``: the key's last part)."""
+    if not isinstance(value, (list, tuple)):
+        return float(value)
+    if not value:
+        return 0.0
+    if AGGREGATION.get(name) == "max":
+        return max(float(v) for v in value)
+    return sum(float(v) for v in value) / len(value)
 
 
 def finish_origin_metrics(metrics: Mapping[str, object], prefix: str) -> dict[str, float]:
@@ -124,7 +134,7 @@ def finish_origin_metrics(metrics: Mapping[str, object], prefix: str) -> dict[st
     origin with tokens old_logprob_mean, ratio_mean, ratio_max, clip_frac; ``sft_nll`` (mean NLL per
     injected token) when the loss had the SFT term. Returns the finished keys; the caller drops the raw
     ones (``raw_keys``)."""
-    raw = {key[len(prefix) + 1 :]: _mean(value) for key, value in metrics.items() if key.startswith(prefix + "/")}
+    raw = {key[len(prefix) + 1 :]: _reduce(key.rsplit("/", 1)[-1], value) for key, value in metrics.items() if key.startswith(prefix + "/")}
     tokens = {origin: raw.get(f"{origin}/_tokens", 0.0) for origin in ORIGINS}
     total_tokens = sum(tokens.values())
     grads = {origin: raw.get(f"{origin}/_grad_abs") for origin in ORIGINS}

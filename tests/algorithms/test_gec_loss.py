@@ -103,3 +103,25 @@ def test_statistics_as_sampled_are_those_of_the_rewards_before_correction():
     assert stats["adv_var"] == pytest.approx(3 / 7)
     assert stats["zero_variance_group_frac"] == pytest.approx(0.5)  # group b ties as sampled
     assert stats["adv_var_uncorrected"] == pytest.approx(2.0)  # rows 0 and 3: 0.5, -1.5 -> mean -0.5, var 2 / 1
+
+
+def test_ratio_max_is_the_max_over_the_update_on_both_trainers():
+    # Two mini-batches: the answer tokens' largest ratios are 1.5 and (absent: 0) ; the sums average.
+    # legacy hands lists per mini-batch, v1 hands values verl already reduced (mean; max for "max" keys).
+    legacy = {
+        "actor/gec/answer/_tokens": [2.0, 0.0], "actor/gec/answer/_ratio_sum": [2.6, 0.0],
+        "actor/gec/answer/_old_logprob_sum": [-3.0, 0.0], "actor/gec/answer/_clipped": [1.0, 0.0],
+        "actor/gec/answer/ratio_max": [1.5, 0.0],
+        "actor/gec/sampled/_tokens": [4.0, 6.0], "actor/gec/sampled/_ratio_sum": [4.0, 6.6],
+        "actor/gec/sampled/_old_logprob_sum": [-4.0, -6.0], "actor/gec/sampled/_clipped": [0.0, 1.0],
+        "actor/gec/sampled/ratio_max": [1.0, 1.3],
+    }
+    v1 = {key: (max(values) if key.endswith("ratio_max") else sum(values) / len(values)) for key, values in legacy.items()}
+    from_legacy, from_v1 = finish_origin_metrics(legacy, "actor/gec"), finish_origin_metrics(v1, "actor/gec")
+    assert from_legacy == pytest.approx(from_v1)
+    assert from_legacy["actor/gec/answer/ratio_max"] == 1.5  # not (1.5 + 0) / 2
+    assert from_legacy["actor/gec/sampled/ratio_max"] == 1.3
+    # token-weighted over the update: sampled ratio mean (4.0 + 6.6) / (4 + 6) = 1.06, answer 2.6 / 2 = 1.3
+    assert from_legacy["actor/gec/sampled/ratio_mean"] == pytest.approx(1.06)
+    assert from_legacy["actor/gec/answer/ratio_mean"] == pytest.approx(1.3)
+    assert from_legacy["actor/gec/answer/token_share"] == pytest.approx(2 / 12)
