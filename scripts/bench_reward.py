@@ -14,7 +14,17 @@ correct answers lost and the slowest call of each kind, against edge_verl's docu
 
     .venv/bin/python scripts/bench_reward.py --pairs 400
     .venv/bin/python scripts/bench_reward.py --load --hostile 8 --correct 18
+``--forms``: per-category agreement on the hand-made answer-form cases (tests/reward/form_cases.py).
+``--math-verify-suite DIR``: per-category agreement on math-verify's own public test suite (the ``tests/``
+folder of its PyPI sdist: ``pip download --no-deps --no-binary :all: math-verify==0.9.0``), every
+``(gold, pred, expected)`` literal of its ``parametrize`` tables read with ``ast.literal_eval`` (a case with
+a non-literal, e.g. an f-string, is counted as skipped); a case passing a non-default option
+(``strict=False``, ``allow_set_relation_comp``, ``precision``) is reported apart, its label being the option's.
+Both: edge_verl (lenient: a bare answer is graded as written) vs math-verify called directly, same inputs.
+
     .venv/bin/python scripts/bench_reward.py --public
+    .venv/bin/python scripts/bench_reward.py --forms
+    .venv/bin/python scripts/bench_reward.py --math-verify-suite /tmp/mv/math_verify-0.9.0/tests
 """
 
 from __future__ import annotations
@@ -186,6 +196,75 @@ def public_cases() -> None:
         print(f"| {name} | {right} | {right / len(cases):.3f} |")
 
 
+def math_verify_suite_cases(tests_dir: str) -> tuple[list[tuple[str, str, str, bool]], int]:
+    """(category, response, gold, expected) of every literal parametrize case of math-verify's tests, and
+    how many were skipped. The category is ``file::test`` (``+options`` when the case sets an option)."""
+    import ast
+    from pathlib import Path
+
+    cases, skipped = [], 0
+    for path in sorted(Path(tests_dir).glob("test_*.py")):
+        for function in ast.parse(path.read_text(encoding="utf-8")).body:
+            for decorator in getattr(function, "decorator_list", []):
+                if not (isinstance(decorator, ast.Call) and getattr(decorator.func, "attr", "") == "parametrize"):
+                    continue
+                names = [name.strip() for name in ast.literal_eval(decorator.args[0]).split(",")]
+                if not {"gold", "pred"} <= set(names):
+                    continue
+                for element in decorator.args[1].elts:
+                    try:
+                        row = dict(zip(names, ast.literal_eval(element)))
+                    except ValueError:
+                        skipped += 1
+                        continue
+                    options = sorted(name for name in row if name not in ("gold", "pred", "expected", "result"))
+                    category = f"{path.stem}::{function.name}" + ("+" + ",".join(options) if options else "")
+                    cases.append((category, row["pred"], row["gold"], bool(row.get("expected", row.get("result")))))
+    return cases, skipped
+
+
+def category_agreement(cases, graders) -> None:
+    """Print, per category and in total, how many of ``cases`` (category, response, gold, expected) each grader
+    in ``graders`` (name -> grade(response, gold) -> bool) gets as labelled."""
+    import collections
+
+    counts: dict = collections.defaultdict(lambda: collections.Counter())
+    for category, response, gold, expected in cases:
+        counts[category]["cases"] += 1
+        for name, grade in graders.items():
+            counts[category][name] += grade(response, gold) == expected
+    print("| category | cases | " + " | ".join(graders) + " |")
+    print("|---|---|" + "---|" * len(graders))
+    for category, count in sorted(counts.items()):
+        print(f"| {category} | {count['cases']} | " + " | ".join(str(count[name]) for name in graders) + " |")
+    total = sum((count for count in counts.values()), collections.Counter())
+    shares = " | ".join(f"{total[name]} ({total[name] / total['cases']:.3f})" for name in graders)
+    print(f"| total | {total['cases']} | {shares} |")
+
+
+def suite_graders() -> dict:
+    import logging
+
+    from edge_verl.reward import compute_score
+    from edge_verl.reward.checks import math_verify_direct
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return {
+        "edge_verl": lambda response, gold: compute_score("suite", response, gold, format_policy="lenient")["score"] == 1.0,
+        "math-verify direct": math_verify_direct,
+    }
+
+
+def form_cases() -> list[tuple[str, str, str, bool]]:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.reward.form_cases import CATEGORIES
+
+    return [(category, response, gold, expected) for category, rows in CATEGORIES.items() for response, gold, expected in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=400, help="positive pairs (as many negatives)")
@@ -196,7 +275,15 @@ def main() -> None:
     parser.add_argument("--correct", type=int, default=18, help="--load: correct symbolic answers")
     parser.add_argument("--wait", type=float, default=120.0, help="--load: edge_verl's bound on waiting for a worker")
     parser.add_argument("--public", action="store_true", help="agreement with held-out public grader test cases")
+    parser.add_argument("--forms", action="store_true", help="per-category agreement on tests/reward/form_cases.py")
+    parser.add_argument("--math-verify-suite", metavar="DIR", help="per-category agreement on math-verify's tests/ folder")
     args = parser.parse_args()
+    if args.forms:
+        return category_agreement(form_cases(), suite_graders())
+    if args.math_verify_suite:
+        cases, skipped = math_verify_suite_cases(args.math_verify_suite)
+        print(f"{len(cases)} literal cases from {args.math_verify_suite} ({skipped} non-literal skipped)\n")
+        return category_agreement(cases, suite_graders())
     if args.load:
         return load(args.hostile, args.correct, args.timeout, args.wait)
     if args.public:

@@ -36,8 +36,9 @@ def _matching_brace(text: str, open_index: int, limit: int) -> int:
     return -1
 
 
-def _box_at(text: str, start: int, command: str) -> str | None:
-    """The argument of the box command starting at ``start``, or None if it is malformed."""
+def _box_at(text: str, start: int, command: str) -> tuple[str, int] | None:
+    """(the argument of the box command starting at ``start``, the index just after the box), or None if
+    it is malformed."""
     index = start + len(command)
     while index < len(text) and text[index] == " ":
         index += 1
@@ -45,29 +46,29 @@ def _box_at(text: str, start: int, command: str) -> str | None:
         return None
     if text[index] == "{":
         close = _matching_brace(text, index, MAX_ANSWER_CHARS)
-        return text[index + 1 : close] if close != -1 else None
+        return (text[index + 1 : close], close + 1) if close != -1 else None
     # "\boxed 42": TeX takes the next token; we take the run up to whitespace or "$".
     if text[index].isalnum() or text[index] in "-+.":
         end = index
         while end < len(text) and end - index < MAX_ANSWER_CHARS and not text[end].isspace() and text[end] not in "$\\":
             end += 1
-        return text[index:end].rstrip(".,;")
+        return text[index:end].rstrip(".,;"), end
     return None
 
 
 MAX_MALFORMED_BOXES = 100
 
 
-def last_boxed_answers(text: str, count: int = 1) -> list[str]:
-    """The arguments of the last ``count`` well-formed ``\\boxed``/``\\fbox`` of ``text`` (stripped), in
-    reading order; fewer when there are fewer.
+def last_boxed_spans(text: str, count: int = 1) -> list[tuple[int, int, str]]:
+    """``(start, end, answer)`` of the last ``count`` well-formed ``\\boxed``/``\\fbox`` of ``text``, in
+    reading order: ``text[start:end]`` is the whole box command, ``answer`` its argument (stripped).
 
     Scans backwards from the end with ``str.rfind`` (C speed), parsing each candidate over at most
     MAX_ANSWER_CHARS characters and giving up after MAX_MALFORMED_BOXES malformed ones, so a megabyte of
     boxes costs milliseconds."""
     if not isinstance(text, str) or not text:
         return []
-    found: list[str] = []
+    found: list[tuple[int, int, str]] = []
     end = len(text)
     malformed = 0
     while len(found) < count and malformed < MAX_MALFORMED_BOXES:
@@ -76,13 +77,19 @@ def last_boxed_answers(text: str, count: int = 1) -> list[str]:
         if start == -1:
             break
         following = text[start + len(command) : start + len(command) + 1]
-        answer = _box_at(text, start, command) if not following.isalpha() else None  # "\\boxedfoo" is another command
-        if answer is not None and answer.strip():
-            found.append(answer.strip())
+        box = _box_at(text, start, command) if not following.isalpha() else None  # "\\boxedfoo" is another command
+        if box is not None and box[0].strip():
+            found.append((start, box[1], box[0].strip()))
         else:
             malformed += 1
         end = start
     return found[::-1]
+
+
+def last_boxed_answers(text: str, count: int = 1) -> list[str]:
+    """The arguments of the last ``count`` well-formed ``\\boxed``/``\\fbox`` of ``text`` (stripped), in
+    reading order; fewer when there are fewer (``last_boxed_spans`` without the positions)."""
+    return [answer for _, _, answer in last_boxed_spans(text, count)]
 
 
 def last_boxed_answer(text: str) -> str | None:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Optional, Sequence
 
-from edge_verl.reward.forms import Candidates, expand, has_named_lhs
-from edge_verl.reward.normalize import choice_letter, is_time_of_day, normalise_answer
+from edge_verl.reward.boxes import is_escaped_set
+from edge_verl.reward.forms import Candidates, expand, has_named_lhs, interval_variable, is_bracketed_tuple
+from edge_verl.reward.normalize import choice_letter, is_time_of_day, leading_choice_letter, normalise_answer
+from edge_verl.reward.numbers import decimal_comma_value, decimal_point_value, intervals_agree, matched_decimal, single_decimal_value
 
 # Gold wrappings tried in order; they fail on different golds (e.g. "\$6" vs "25\%"), so any may accept.
 GOLD_WRAPPINGS = ("${}$", "\\boxed{{{}}}")
@@ -29,12 +31,7 @@ _PLAIN_NUMBER = re.compile(r"^[+-]?\d{1,100}(?:\.\d{1,100})?$")
 
 
 def _plain_number(text: str) -> Optional[Decimal]:
-    if not _PLAIN_NUMBER.match(text):
-        return None
-    try:
-        return Decimal(text)
-    except InvalidOperation:
-        return None
+    return matched_decimal(_PLAIN_NUMBER, text)
 
 
 def grade_by_text(preds: Sequence[str], golds: Sequence[str], gold_forms: Sequence[Candidates]) -> Optional[tuple[bool, str]]:
@@ -52,8 +49,13 @@ def grade_by_text(preds: Sequence[str], golds: Sequence[str], gold_forms: Sequen
     written = [normalise_answer(gold) for gold in golds]
     gold_letters = [choice_letter(text) for text in written]
     if any(letter is not None for letter in gold_letters):
-        letter = choice_letter(normalised[0])
+        letter = choice_letter(normalised[0]) or leading_choice_letter(preds[0])
         return letter is not None and letter in gold_letters, "choice_letter"
+    if _set_against_tuple(preds[0], golds):
+        return False, "set_vs_tuple"
+    decided = _decimal_comma_verdict(preds[0].strip(), [forms.texts[0].strip() for forms in gold_forms])
+    if decided is not None:
+        return decided
     ratio = any(forms.ratio for forms in gold_forms)
     if not ratio and (is_time_of_day(normalised[0]) or any(is_time_of_day(text) for text in written)):
         return False, "time_text_mismatch"
@@ -61,7 +63,31 @@ def grade_by_text(preds: Sequence[str], golds: Sequence[str], gold_forms: Sequen
     gold_numbers = [_plain_number(text) for text in gold_texts]
     if all(value is not None for value in numbers + gold_numbers):
         return any(value in gold_numbers for value in numbers), "number_mismatch"
+    if any(intervals_agree(text, gold) for text in normalised for gold in gold_texts):
+        return True, "interval_rounded"  # no "False" here: math-verify may still see an exact equivalence
     return None
+
+
+def _set_against_tuple(pred: str, golds: Sequence[str]) -> bool:
+    """A tuple or interval ``(1, 2)`` against golds that are all sets ``\\{1, 2\\}`` (or the reverse):
+    math-verify calls these equal, but a point is not a set of answers."""
+    if all(is_escaped_set(gold) for gold in golds):
+        return is_bracketed_tuple(pred)
+    return all(is_bracketed_tuple(gold) for gold in golds) and is_escaped_set(pred)
+
+
+def _decimal_comma_verdict(pred: str, golds: Sequence[str]) -> Optional[tuple[bool, str]]:
+    """A decimal comma on either side, decided only when every gold is one decimal number
+    (``edge_verl.reward.numbers``); None otherwise."""
+    gold_values = [single_decimal_value(gold) for gold in golds]
+    if not gold_values or any(value is None for value in gold_values):
+        return None
+    pred_value = decimal_comma_value(pred)
+    if pred_value is None and any(decimal_comma_value(gold) is not None for gold in golds):
+        pred_value = decimal_point_value(pred)
+    if pred_value is None:
+        return None
+    return pred_value in gold_values, "decimal_comma"
 
 
 @dataclass(frozen=True)
@@ -82,21 +108,72 @@ def compare_by_text(answers: Sequence[str], golds: Sequence[str]) -> Comparison:
     ratio = any(forms.ratio for forms in gold_forms)
     preds = tuple(dict.fromkeys(text for answer in answers for text in expand(answer, strip_lhs=not gold_named, ratio_context=ratio).texts))
     gold_texts = tuple(dict.fromkeys(text for forms in gold_forms for text in forms.texts))
+    pred_variables = {interval_variable(answer) for answer in answers} - {None}
+    gold_variables = {interval_variable(gold) for gold in golds} - {None}
+    if pred_variables and gold_variables and not pred_variables & gold_variables:
+        return Comparison(preds, gold_texts, (False, "interval_variable_differs"))
     return Comparison(preds, gold_texts, grade_by_text(preds, golds, gold_forms))
 
 
 def _numbers_close(left, right) -> bool:
-    """Exact-or-relative comparison of two sympy numbers (math-verify rounds absolute differences, so
-    1/2004! and 1/2006! compare equal there)."""
+    """Relative comparison of two sympy numbers at 30 digits (math-verify rounds absolute differences, so
+    1/2004! and 1/2006! compare equal there). Numeric, not ``simplify``: simplifying a difference of nested
+    radicals (``\\sqrt{\\sqrt{11}+\\sqrt{194}}/(15+2\\sqrt{33})`` with the sum reordered) ran past the deadline."""
     import sympy
 
-    difference = sympy.simplify(left - right)
-    if difference == 0:
-        return True
-    scale = max(abs(sympy.N(left, 30)), abs(sympy.N(right, 30)))
+    left_value, right_value = sympy.N(left, 30), sympy.N(right, 30)
+    scale = max(abs(left_value), abs(right_value))
+    difference = abs(left_value - right_value)
     if scale == 0:
+        return difference == 0
+    return bool(difference <= RELATIVE_TOLERANCE * scale)
+
+
+# Values substituted for the answer's variables (rationals, so that evaluation is exact until evalf).
+SAMPLE_VALUES = ("37/100", "171/100", "293/100", "614/1000", "427/100", "-83/100", "-19/10", "-271/100")
+MIN_COMMON_REAL_POINTS = 3
+MAX_SAMPLED_SYMBOLS = 3
+
+
+def _sampled_value(expression, values) -> Optional[complex]:
+    import sympy
+
+    try:
+        value = complex(sympy.N(expression.subs(values), 30))
+    except (TypeError, ValueError):  # zoo, nan or a non-number left after substitution
+        return None
+    return value if all(map(lambda part: abs(part) < float("inf"), (value.real, value.imag))) else None
+
+
+def _agree_where_both_real(left, right) -> bool:
+    """Whether two expressions with radicals and at most MAX_SAMPLED_SYMBOLS variables agree at every sample
+    point where both are real, with at least MIN_COMMON_REAL_POINTS such points.
+
+    math-verify compares on sympy's complex branches, where ``1/\\sqrt{n}`` and ``\\sqrt{1/n}`` differ (for
+    n < 0 only); graders take them as equal on the answer's real domain. Sampling negative values too keeps
+    ``\\sqrt{x^2}`` different from ``x`` and ``\\sqrt{x}`` from ``|x|`` (they differ where both are real).
+    Only tried after math-verify said "not equivalent", inside the worker (under its deadline)."""
+    import sympy
+
+    if not (isinstance(left, sympy.Expr) and isinstance(right, sympy.Expr)):
         return False
-    return bool(abs(sympy.N(difference, 30)) <= RELATIVE_TOLERANCE * scale)
+    symbols = sorted(left.free_symbols | right.free_symbols, key=str)
+    if not 1 <= len(symbols) <= MAX_SAMPLED_SYMBOLS:
+        return False
+    if not any(power.exp.is_integer is not True for side in (left, right) for power in side.atoms(sympy.Pow)):
+        return False
+    common = 0
+    for offset in range(len(SAMPLE_VALUES)):
+        values = {symbol: sympy.Rational(SAMPLE_VALUES[(offset + 3 * index) % len(SAMPLE_VALUES)]) for index, symbol in enumerate(symbols)}
+        left_value, right_value = _sampled_value(left, values), _sampled_value(right, values)
+        if left_value is None or right_value is None:
+            continue
+        if abs(left_value.imag) > 1e-12 * max(1.0, abs(left_value)) or abs(right_value.imag) > 1e-12 * max(1.0, abs(right_value)):
+            continue
+        if abs(left_value.real - right_value.real) > 1e-9 * max(1.0, abs(left_value.real), abs(right_value.real)):
+            return False
+        common += 1
+    return common >= MIN_COMMON_REAL_POINTS
 
 
 def _covers_input(parsed: list, text: str) -> bool:
@@ -131,7 +208,11 @@ def grade_with_math_verify(preds: Sequence[str], golds: Sequence[str]) -> tuple[
                 if key not in parsed_golds:
                     parsed_golds[key] = parse(wrapping.format(gold), parsing_timeout=None)
                 parsed_gold = parsed_golds[key]
-                if not parsed_gold or not verify(parsed_gold, parsed_pred, timeout_seconds=None):
+                if not parsed_gold:
+                    continue
+                if not verify(parsed_gold, parsed_pred, timeout_seconds=None):
+                    if _agree_where_both_real(parsed_gold[0], parsed_pred[0]):
+                        return True, "real_domain"
                     continue
                 left, right = parsed_gold[0], parsed_pred[0]
                 if getattr(left, "is_number", False) and getattr(right, "is_number", False) and not _numbers_close(left, right):

@@ -67,6 +67,22 @@ def choice_letter(normalised: str) -> str | None:
     return match.group(1).upper() if match else None
 
 
+# A choice letter that opens the answer, then an explanation: "B。不是 A", "D. it can't be A or B", "(C) since".
+_LEADING_CHOICE = re.compile(r"^\s*(?:\(([A-E])\)|([A-E])\s*[.。:：)）])\s*(\S.*)$", re.DOTALL)
+# ... unless the explanation starts with another option: "A. B. C.", "A) or B)" hedge between letters.
+_ANOTHER_CHOICE = re.compile(r"^(?:or|and|或者|或|和|、|,|，|/)?\s*\(?[A-E]\)?(?:[\s.,。，:：)）/]|$)", re.IGNORECASE)
+
+
+def leading_choice_letter(answer: str) -> str | None:
+    """"B。不是 A" -> "B", "D. it can't be A or B" -> "D": an upper-case option letter closed by a period,
+    colon or parenthesis, then an explanation that does not start with another option; None otherwise
+    (a letter followed by bare words, "A or B", is a hedge, not an answer)."""
+    match = _LEADING_CHOICE.match(unwrap_commands(answer))
+    if match is None or _ANOTHER_CHOICE.match(match.group(3)):
+        return None
+    return match.group(1) or match.group(2)
+
+
 def is_time_of_day(normalised: str) -> bool:
     """A ``normalise_answer`` result like "4:30" or "12:05pm": math-verify would read these as ratios
     (4/30), so they compare as text only."""

@@ -25,8 +25,8 @@ import math
 from numbers import Number
 from typing import Any, Optional
 
-from edge_verl.reward.extract import last_boxed_answers, phrased_final_answer
-from edge_verl.reward.forms import joined_boxes, max_items
+from edge_verl.reward.boxes import boxes_to_read, gold_from_boxes, joined_boxes, trailing_box_list
+from edge_verl.reward.extract import last_boxed_spans, phrased_final_answer
 from edge_verl.reward.grade import LENIENT_TAIL_CHARS, compare_by_text
 from edge_verl.reward.pool import DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, get_pool
 
@@ -39,7 +39,8 @@ _UNFINISHED_REASONS = {"deadline": "deadline", "waiting": "waiting_for_grader", 
 
 
 def gold_answers(ground_truth: Any) -> list[str]:
-    """Acceptable answers as strings: a string, a number, or a list/tuple/array of them."""
+    """Acceptable answers as strings: a string, a number, or a list/tuple/array of them. A string that
+    contains boxes (a reference solution) stands for its boxed answer (``boxes.gold_from_boxes``)."""
     if ground_truth is None:
         return []
     if isinstance(ground_truth, (str, bytes)) or isinstance(ground_truth, Number):
@@ -61,7 +62,7 @@ def gold_answers(ground_truth: Any) -> list[str]:
             if not math.isfinite(item):
                 continue
             item = repr(int(item)) if item.is_integer() else repr(item)
-        text = str(item).strip()
+        text = gold_from_boxes(str(item)).strip()  # a reference solution as gold: its boxed answer
         if text and len(text) <= MAX_GOLD_CHARS:
             golds.append(text)
     return golds
@@ -99,7 +100,8 @@ def compute_score(
     if not isinstance(solution_str, str):
         return _result(False, "", "no_response", "no_answer")
     golds = gold_answers(ground_truth)
-    answers = last_boxed_answers(solution_str, max_items(golds))  # the last boxes, in reading order
+    spans = last_boxed_spans(solution_str, boxes_to_read(golds))  # the last boxes, in reading order
+    answers = [answer for _, _, answer in spans]
     if not answers and format_policy == "lenient":
         phrased = phrased_final_answer(solution_str, LENIENT_TAIL_CHARS)
         answers = [phrased] if phrased else []
@@ -108,7 +110,8 @@ def compute_score(
     if not golds:
         return _result(False, answers[-1] if answers else "", "no_gold", "caller")
     if answers:
-        comparison = compare_by_text([answers[-1], *joined_boxes(answers, golds)], golds)
+        box_list = trailing_box_list(solution_str, spans)
+        comparison = compare_by_text([answers[-1], *joined_boxes(box_list, golds)], golds)
         if comparison.decided is not None:
             return _result(comparison.decided[0], answers[-1], comparison.decided[1], "caller")
         request = {"preds": list(comparison.preds), "golds": list(comparison.golds)}

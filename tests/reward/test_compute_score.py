@@ -98,7 +98,7 @@ WRONG = [
     ("fp_one_minus_inv_e", B("1+\\frac{1}{e}"), "1-\\frac{1}{e}"), ("fp_time_ratio", B("\\frac{4}{30}"), "4:30"),
     ("fp_time_vs_decimal", B("4.5"), "4:30"), ("fp_time_pred", B("4:30"), "\\frac{2}{15}"),
     # answers merged by math-verify when several boxes appear: we grade only the last
-    ("merged_boxes", "\\boxed{4}, but actually \\boxed{5}", "4"), ("merged_set", "\\boxed{1} and \\boxed{2}", "\\{1,2\\}"),
+    ("merged_boxes", "\\boxed{4}, but actually \\boxed{5}", "4"), ("merged_set_words_between", "\\boxed{1} but maybe \\boxed{2}", "\\{1,2\\}"),
     # hedging
     ("hedge_two_answers", B("3 \\text{ or } 4"), "3"), ("hedge_pm", B("\\pm 2"), "2"),
     ("hedge_list", B("1, 2, 3, 4, 5"), "3"),

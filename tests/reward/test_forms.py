@@ -4,7 +4,8 @@ import pytest
 
 from edge_verl.reward import compute_score
 from edge_verl.reward.extract import last_boxed_answers, phrased_final_answer
-from edge_verl.reward.forms import as_interval, strip_choice_label, expand, joined_boxes, max_items, strip_named_lhs, strip_trailing_unit, top_level_items
+from edge_verl.reward.boxes import boxes_to_read, joined_boxes
+from edge_verl.reward.forms import as_interval, strip_choice_label, expand, strip_named_lhs, strip_trailing_unit, top_level_items
 
 
 @pytest.mark.parametrize(
@@ -102,12 +103,14 @@ def test_expand_lists_the_literal_answer_first_and_marks_ratios():
     assert expand("\\$6").texts == ("\\$6",)  # an escaped dollar is
 
 
-def test_joined_boxes_only_for_golds_of_several_items():
-    boxes = ["7", "(2, 2)", "(6, 2)"]
+def test_joined_boxes_only_for_golds_of_as_many_items():
+    boxes = ["(2, 2)", "(6, 2)"]
     assert joined_boxes(boxes, ["(2, 2), (6, 2)"]) == ["(2, 2), (6, 2)"]
-    assert joined_boxes(boxes, ["\\{1,2\\}"]) == []
-    assert joined_boxes(boxes, ["a, b, c, d"]) == []  # fewer boxes than items
-    assert max_items(["(2, 2), (6, 2)", "3"]) == 2 and max_items([]) == 1
+    assert joined_boxes(boxes, ["\\{1,2\\}"]) == ["\\{(2, 2), (6, 2)\\}"]  # a set gold: compared as a set
+    assert joined_boxes(boxes, ["\\{1,2,3\\}", "a, b, c"]) == []  # more items than boxes
+    assert joined_boxes(["7", *boxes], ["(2, 2), (6, 2)"]) == []  # a longer list is not the last 2 of it
+    assert joined_boxes(boxes, ["7"]) == []  # never against one value
+    assert boxes_to_read(["(2, 2), (6, 2)", "3"]) == 3 and boxes_to_read([]) == 2
 
 
 def test_last_boxed_answers_in_reading_order():
