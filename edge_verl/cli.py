@@ -138,6 +138,13 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
     study.add_argument("--prompts-per-step", type=int, default=defaults.prompts_per_step, help="prompts per training step (default 8)")
     study.add_argument("--responses-per-prompt", type=int, default=defaults.responses_per_prompt, help="group size (default 8)")
     study.add_argument("--trainer", choices=trainers, default=defaults.trainer, help="verl's v1 (default) or legacy trainer")
+    study.add_argument("--evaluation", choices=("verl", "exact"), default=defaults.evaluation,
+                       help="verl: verl's validation during each run (default); exact: offline on the seed's step-0 model and each run's "
+                       "final weights, the same for every method (greedy, gold-answer probability, samples seeded per problem, one token cap)")
+    study.add_argument("--eval-samples", type=int, default=defaults.eval_samples, help=f"exact: samples per problem at T=1 (default {defaults.eval_samples})")
+    study.add_argument("--eval-seed", type=int, default=defaults.eval_seed, help=f"exact: the evaluation's seed, the same for every method (default {defaults.eval_seed})")
+    study.add_argument("--eval-max-new-tokens", type=int, default=defaults.eval_max_new_tokens,
+                       help=f"exact: the token cap of every evaluated completion (default {defaults.eval_max_new_tokens})")
     study.add_argument("--out", type=Path, default=defaults.out, help=f"output folder (default {defaults.out})")
     study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
@@ -172,7 +179,8 @@ def _study(args: argparse.Namespace) -> int:
         config = StudyConfig(
             task=args.task, methods=tuple(args.methods), seeds=tuple(args.seeds), steps=args.steps, test_freq=args.test_freq,
             val_samples=args.val_samples, val_temperature=args.val_temperature, prompts_per_step=args.prompts_per_step,
-            responses_per_prompt=args.responses_per_prompt, trainer=args.trainer, out=args.out,
+            responses_per_prompt=args.responses_per_prompt, trainer=args.trainer, out=args.out, evaluation=args.evaluation,
+            eval_samples=args.eval_samples, eval_seed=args.eval_seed, eval_max_new_tokens=args.eval_max_new_tokens,
             extra_overrides=tuple(args.overrides),
         )
         if args.export is not None:

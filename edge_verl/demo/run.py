@@ -89,6 +89,12 @@ class DemoConfig:
     test_freq: int = 5
     val_samples: int = 8
     val_temperature: float = 1.0
+    # A model folder built by ``build_warm_model`` to train from instead of ``out/model`` (the study shares one
+    # per seed among its methods); it must hold this config's recipe (``model_recipe``), else it is rebuilt.
+    model_dir: Path | None = None
+    # Save the actor's HF weights after the last step (``checkpoints/global_step_<steps>/actor/huggingface``),
+    # for an evaluation outside verl; saved with verl's resumable checkpoint of that step.
+    save_final_weights: bool = False
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -117,6 +123,9 @@ class DemoConfig:
         if isinstance(self.warm_start_steps, bool) or not isinstance(self.warm_start_steps, int) or self.warm_start_steps < 0:
             raise ValueError(f"warm_start_steps={self.warm_start_steps!r} must be an integer >= 0")
         self.out = Path(self.out)
+        self.model_dir = None if self.model_dir is None else Path(self.model_dir)
+        if self.save_final_weights and self.save_freq > 0 and self.steps % self.save_freq:
+            raise ValueError(f"save_final_weights with save_freq={self.save_freq}: the last step {self.steps} must be saved")
 
 
 def model_recipe(config: DemoConfig) -> dict:
@@ -164,7 +173,7 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     validation parquet under ``config.out``: ``train`` (the method's file variant), ``val`` (training
     problems, the demo's set), ``val_seen`` and ``val_heldout`` (every training / held-out problem once)."""
     the_task = task.get_task(config.task)
-    model_dir = build_warm_model(model_recipe(config), config.out / "model")
+    model_dir = build_warm_model(model_recipe(config), config.model_dir or config.out / "model")
     data_dir = config.out / "data"
     method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
     train = task.write_parquet(
@@ -230,7 +239,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"trainer.use_v1={config.trainer == 'v1'}",
         f"trainer.total_training_steps={config.steps}",
         *(["+algorithm.edge_metrics.advantage_stats=True"] if config.advantage_stats else []),
-        f"trainer.save_freq={config.save_freq}",
+        *save_overrides(config),
         f"trainer.resume_mode={'auto' if config.resume else 'disable'}",
         f"trainer.default_local_dir={config.out / 'checkpoints'}",
         "trainer.project_name=edge_verl_demo",
@@ -239,6 +248,23 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         *config.extra_overrides,
     ]
     return overrides
+
+
+# What a checkpoint holds when the run saves its final weights: verl's resumable state and the HF weights.
+FINAL_SAVE_CONTENTS = "[model,optimizer,extra,hf_model]"
+
+
+def save_overrides(config: DemoConfig) -> list[str]:
+    """When verl saves checkpoints; with ``save_final_weights`` at least after the last step, HF weights included."""
+    if not config.save_final_weights:
+        return [f"trainer.save_freq={config.save_freq}"]
+    frequency = config.steps if config.save_freq == -1 else config.save_freq
+    return [f"trainer.save_freq={frequency}", f"actor_rollout_ref.actor.checkpoint.save_contents={FINAL_SAVE_CONTENTS}"]
+
+
+def final_weights(config: DemoConfig) -> Path:
+    """The HF folder of the actor after the last step (``save_final_weights``)."""
+    return config.out / "checkpoints" / f"global_step_{config.steps}" / "actor" / "huggingface"
 
 
 def validation_files(config: DemoConfig, inputs: dict[str, Path]) -> str:

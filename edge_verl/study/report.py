@@ -36,7 +36,8 @@ from edge_verl.reporting import (
     paired_difference,
     plot,
 )
-from edge_verl.study.runner import BASELINE, DONE_FILE, IDENTITY_FILE, StudyConfig, plan, source_commit
+from edge_verl.study.runner import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, plan, source_commit
+from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
 FORMAT = 1
@@ -55,6 +56,9 @@ class Column:
     split: Optional[str] = None
     final: bool = True
     digits: int = 3
+    # evaluation="exact": the statistic of edge_verl/study/exact_eval.py (greedy_acc, sampled_acc, gold_prob)
+    # on ``split``, of the final weights (``final``) or of the seed's step-0 model.
+    exact: Optional[str] = None
 
 
 COLUMNS = (
@@ -89,6 +93,25 @@ COLUMNS = (
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 HEADLINE = ("heldout_acc", "seen_acc")
 
+_EXACT_STATS = (("greedy_acc", "greedy", "greedy accuracy"), ("sampled_acc", "sampled", "accuracy of seeded samples at T=1"),
+                ("gold_prob", "gold prob", "teacher-forced probability of the gold answer"))
+EXACT_COLUMNS = tuple(
+    Column(f"{split}_{short.replace(' ', '_')}{'' if final else '_start'}", f"{split} {short}{'' if final else ' @0'}",
+           f"{what} on the {split} problems, {'after the last step' if final else 'of the step-0 model'} (exact evaluation)",
+           split=split, final=final, exact=stat)
+    for final in (True, False) for split in tasks.VALIDATION_SPLITS for stat, short, what in _EXACT_STATS
+)
+# evaluation="exact": the contrasts' metric, and the gate's (seen accuracy sampled as in training).
+PRIMARY_METRIC = "heldout_sampled"
+GATE_SEEN, GATE_SEEN_START = "seen_sampled", "seen_sampled_start"
+
+
+def columns_for(evaluation: str) -> tuple[Column, ...]:
+    """The report's columns: verl's validation accuracies, or the exact evaluation's, then the training statistics."""
+    if evaluation == "exact":
+        return EXACT_COLUMNS + tuple(column for column in COLUMNS if column.split is None)
+    return COLUMNS
+
 
 def validation_points(records: Sequence[dict], source: str) -> list[tuple[int, float]]:
     """(step, accuracy) at every validation of one data source (verl's ``val-core/<source>/acc/mean@N``)."""
@@ -106,14 +129,22 @@ def window_of(steps: int) -> tuple[int, int]:
     return steps // 2 + 1, steps
 
 
-def run_values(records: Sequence[dict], task: tasks.Task, steps: int) -> dict:
+def run_values(records: Sequence[dict], task: tasks.Task, steps: int, columns: Sequence[Column] = COLUMNS,
+               evaluation: Optional[dict] = None) -> dict:
     """One run's numbers: {values: column -> value, sources: column -> metric read, validation: split ->
-    [(step, accuracy)]}; a column the run does not log is absent."""
+    [(step, accuracy)]}; a column the run does not log is absent. ``evaluation``: {final, start} exact
+    evaluations ({split: result}) for the exact columns; a missing one is an error."""
     low, high = window_of(steps)
     trained = [record for record in trained_steps(list(records)) if low <= record["step"] <= high]
     values, sources = {}, {}
     validation = {split: validation_points(records, task.validation_source(split)) for split in tasks.VALIDATION_SPLITS}
-    for column in COLUMNS:
+    for column in columns:
+        if column.exact is not None:
+            which = "final" if column.final else "start"
+            if evaluation is None or which not in evaluation:
+                raise ValueError(f"column {column.key}: the run has no {which} exact evaluation ({EVAL_FILE})")
+            values[column.key], sources[column.key] = float(evaluation[which][column.split][column.exact]), f"{EVAL_FILE}:{which}/{column.split}/{column.exact}"
+            continue
         if column.split is not None:
             points = dict(validation[column.split])  # step -> accuracy
             step = max(points, default=None) if column.final else 0
@@ -144,6 +175,8 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     metrics (``finished_records``), read here when not given."""
     task = tasks.get_task(config.task)
     records = finished_records(config) if records is None else records
+    columns = columns_for(config.evaluation)
+    column_keys = tuple(column.key for column in columns)
     runs, not_finished = {}, []
     for method, seed in config.runs():
         folder = config.run_folder(method, seed)
@@ -151,7 +184,15 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         if config.run_name(method, seed) not in records:
             not_finished.append(config.run_name(method, seed))
             continue
-        entry = run_values(records[config.run_name(method, seed)], task, config.steps)
+        evaluation = None
+        if config.evaluation == "exact":
+            evaluation = {"final": json.loads((folder / EVAL_FILE).read_text()),
+                          "start": json.loads((config.seed_model_folder(seed) / EVAL_FILE).read_text())}
+        entry = run_values(records[config.run_name(method, seed)], task, config.steps, columns, evaluation)
+        if config.evaluation == "exact":
+            metric = entry["sources"].get("reward_sampled")
+            first = [float(r[metric]) for r in trained_steps(records[config.run_name(method, seed)]) if r["step"] == 1 and r.get(metric) is not None]
+            entry["reward_first_step"] = first[0] if first else None
         entry.update({
             "method": method,
             "seed": seed,
@@ -164,7 +205,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     for method in config.methods:
         per_seed = {str(run["seed"]): run["values"] for run in runs.values() if run["method"] == method}
         summary = {}
-        for key in COLUMN_KEYS:
+        for key in column_keys:
             values = [scores[key] for scores in per_seed.values() if key in scores]
             if values:
                 mean, std, count = mean_std(values)
@@ -175,14 +216,16 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         for method, found in methods.items():
             if method == BASELINE:
                 continue
-            for key in COLUMN_KEYS:
+            for key in column_keys:
                 mine = {seed: scores[key] for seed, scores in found["per_seed"].items() if key in scores}
                 theirs = {seed: scores[key] for seed, scores in baseline["per_seed"].items() if key in scores}
                 difference = paired_difference(mine, theirs, CONFIDENCE)
                 if difference is not None:
                     found["vs_baseline"][key] = difference.as_dict()
     low, high = window_of(config.steps)
+    extra = {} if config.evaluation != "exact" else exact_verdicts(config, runs, methods)
     return {
+        **extra,
         "format": FORMAT,
         "study": config.as_dict(),
         "published_from": published_from,
@@ -193,7 +236,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         "baseline": BASELINE if baseline is not None else None,
         "confidence": CONFIDENCE,
         "window": {"from_step": low, "to_step": high},
-        "columns": [{"key": c.key, "label": c.label, "description": c.description, "metrics": list(c.metrics)} for c in COLUMNS],
+        "columns": [{"key": c.key, "label": c.label, "description": c.description, "metrics": list(c.metrics)} for c in columns],
         "wall_time_s": round(sum(run["seconds"] for run in runs.values()), 1),
         "runs": runs,
         "not_finished": not_finished,
@@ -201,9 +244,33 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     }
 
 
+def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
+    """evaluation="exact": p0 per seed, the baseline gate and the contrasts of ``PRIMARY_METRIC``."""
+    low, high = window_of(config.steps)
+    p0 = {}
+    for run in runs.values():
+        p0.setdefault(str(run["seed"]), run["values"][GATE_SEEN_START])
+    baseline = methods.get(BASELINE, {"per_seed": {}})["per_seed"]
+    reward_start, reward_final = {}, {}
+    for run in runs.values():
+        if run["method"] == BASELINE and run["reward_first_step"] is not None and "reward_sampled" in run["values"]:
+            reward_start[str(run["seed"])] = run["reward_first_step"]
+            reward_final[str(run["seed"])] = run["values"]["reward_sampled"]
+    gate = baseline_gate({seed: v[GATE_SEEN_START] for seed, v in baseline.items()}, {seed: v[GATE_SEEN] for seed, v in baseline.items()},
+                         reward_start, reward_final)
+    values = {method: {seed: v[PRIMARY_METRIC] for seed, v in found["per_seed"].items() if PRIMARY_METRIC in v} for method, found in methods.items()}
+    found = contrasts(values, list(methods), CONFIDENCE)
+    for entry in found["primary"]:
+        entry["verdict"] = verdict_text(entry, gate)
+    for entry in found["further"]:
+        entry["verdict"] = verdict_text(entry, gate, p_key="p_holm")
+    return {"p0": p0, "gate": {**gate.as_dict(), "margin": GATE_MARGIN, "reward_window": [low, high]},
+            "primary_metric": PRIMARY_METRIC, "contrasts": found}
+
+
 # --- markdown ------------------------------------------------------------------------------------------------
 
-_BY_KEY = {column.key: column for column in COLUMNS}
+_BY_KEY = {column.key: column for column in COLUMNS + EXACT_COLUMNS}
 
 
 def _cell(entry: Optional[dict], digits: int) -> str:
@@ -219,8 +286,9 @@ def command_of(study: dict, out: Optional[str] = None) -> str:
     parts = ["edge-verl study"]
     for name, flag in (("task", "--task"), ("steps", "--steps"), ("test_freq", "--test-freq"), ("val_samples", "--val-samples"),
                        ("val_temperature", "--val-temperature"), ("prompts_per_step", "--prompts-per-step"),
-                       ("responses_per_prompt", "--responses-per-prompt"), ("trainer", "--trainer")):
-        if study[name] != getattr(defaults, name):
+                       ("responses_per_prompt", "--responses-per-prompt"), ("trainer", "--trainer"), ("evaluation", "--evaluation"),
+                       ("eval_samples", "--eval-samples"), ("eval_seed", "--eval-seed"), ("eval_max_new_tokens", "--eval-max-new-tokens")):
+        if study.get(name, getattr(defaults, name)) != getattr(defaults, name):
             parts.append(f"{flag} {study[name]}")
     if tuple(study["methods"]) != defaults.methods:
         parts.append("--methods " + " ".join(study["methods"]))
@@ -245,13 +313,50 @@ def report_markdown(report: dict) -> str:
         "",
         f"Task: {report['task']['description']}; {report['task']['train_problems']} training problems, "
         f"{report['task']['heldout_problems']} held out (never in the warm start or training), "
-        f"{report['task']['seen_problems']} of the training problems validated as 'seen'. Validation: uncorrected, "
-        f"{study['val_samples']} samples per problem at temperature {study['val_temperature']:g}. Trainer: verl's {study['trainer']}; "
+        f"{report['task']['seen_problems']} of the training problems validated as 'seen'. "
+        + ("Evaluation: exact (below). " if study.get("evaluation", "verl") == "exact" else
+           f"Validation: uncorrected, {study['val_samples']} samples per problem at temperature {study['val_temperature']:g}. ")
+        + f"Trainer: verl's {study['trainer']}; "
         f"{study['prompts_per_step']} prompts x {study['responses_per_prompt']} responses per step.",
         f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min. Regenerate: {regenerate}.",
         "",
     ]
     baseline = report["baseline"]
+    keys = [column["key"] for column in report["columns"]]
+    if study.get("evaluation", "verl") == "exact":
+        lines += _exact_headline(report)
+    else:
+        lines += _verl_headline(report, low, high)
+    training = [key for key in keys if _BY_KEY[key].split is None]
+    lines += ["### Training statistics (mean ± std over seeds)", ""]
+    lines += markdown_table(["method", *(_BY_KEY[key].label for key in training)],
+                            [[method, *(_cell(found["summary"].get(key), _BY_KEY[key].digits) for key in training)]
+                             for method, found in methods.items()])
+    compared = [(method, found) for method, found in methods.items() if found["vs_baseline"]]
+    if compared:
+        columns = [key for key in keys if any(key in found["vs_baseline"] for _, found in compared)]
+        lines += ["", f"### Paired difference to {baseline}, every column (mean [95% interval over seeds])", ""]
+        lines += markdown_table(["method", *(_BY_KEY[key].label for key in columns)],
+                                [[method, *(difference_text(found["vs_baseline"].get(key), _BY_KEY[key].digits) for key in columns)]
+                                 for method, found in compared])
+    lines += ["", "### Per seed", ""]
+    per_seed = [[name, *(f"{run['values'][key]:.{_BY_KEY[key].digits}f}" if key in run["values"] else "-" for key in keys),
+                 f"[metrics]({run['metrics_file']})"] for name, run in report["runs"].items()]
+    lines += markdown_table(["run", *(_BY_KEY[key].label for key in keys), "file"], per_seed)
+    lines += ["", "### Columns", ""]
+    lines += [f"- **{c['label']}**: {c['description']}" + (f"; read from the first logged of `{'`, `'.join(c['metrics'])}`" if c["metrics"] else "")
+              for c in report["columns"]]
+    if report["not_finished"]:
+        lines += ["", "Not finished (left out): " + ", ".join(report["not_finished"]) + "."]
+    lines += ["", "A ~90k-parameter model on a synthetic task, a few CPU steps: not the papers' setting (7B models, "
+              "thousands of steps, math benchmarks). It tests whether the methods do what they claim to the "
+              "training signal here, and reports what it finds."]
+    return "\n".join(lines) + "\n"
+
+
+def _verl_headline(report: dict, low: int, high: int) -> list[str]:
+    methods, baseline = report["methods"], report["baseline"]
+    lines = []
     head = []
     for method, found in methods.items():
         cells = [method, str(max((e["n"] for e in found["summary"].values()), default=0))]
@@ -265,31 +370,42 @@ def report_markdown(report: dict) -> str:
          "held-out acc @0", "reward (sampled)"], head)
     lines += ["", f"Accuracy after the last step (mean ± sample std over seeds). Δ: paired by seed (same model, warm start "
               f"and data order), mean [95% interval, Student t, df = n − 1]. Training statistics: mean over steps {low}-{high}.", ""]
-    training = [key for key in COLUMN_KEYS if key not in HEADLINE and not key.endswith("_start")]
-    lines += ["### Training statistics (mean ± std over seeds)", ""]
-    lines += markdown_table(["method", *(_BY_KEY[key].label for key in training)],
-                            [[method, *(_cell(found["summary"].get(key), _BY_KEY[key].digits) for key in training)]
-                             for method, found in methods.items()])
-    compared = [(method, found) for method, found in methods.items() if found["vs_baseline"]]
-    if compared:
-        columns = [key for key in COLUMN_KEYS if any(key in found["vs_baseline"] for _, found in compared)]
-        lines += ["", f"### Paired difference to {baseline}, every column (mean [95% interval over seeds])", ""]
-        lines += markdown_table(["method", *(_BY_KEY[key].label for key in columns)],
-                                [[method, *(difference_text(found["vs_baseline"].get(key), _BY_KEY[key].digits) for key in columns)]
-                                 for method, found in compared])
-    lines += ["", "### Per seed", ""]
-    per_seed = [[name, *(f"{run['values'][key]:.{_BY_KEY[key].digits}f}" if key in run["values"] else "-" for key in COLUMN_KEYS),
-                 f"[metrics]({run['metrics_file']})"] for name, run in report["runs"].items()]
-    lines += markdown_table(["run", *(_BY_KEY[key].label for key in COLUMN_KEYS), "file"], per_seed)
-    lines += ["", "### Columns", ""]
-    lines += [f"- **{c['label']}**: {c['description']}" + (f"; read from the first logged of `{'`, `'.join(c['metrics'])}`" if c["metrics"] else "")
-              for c in report["columns"]]
-    if report["not_finished"]:
-        lines += ["", "Not finished (left out): " + ", ".join(report["not_finished"]) + "."]
-    lines += ["", "A ~90k-parameter model on a synthetic task, a few CPU steps: not the papers' setting (7B models, "
-              "thousands of steps, math benchmarks). It tests whether the methods do what they claim to the "
-              "training signal here, and reports what it finds."]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _exact_headline(report: dict) -> list[str]:
+    """evaluation="exact": p0 per seed, the gate, the named contrasts with their MDD, the further ones (Holm)."""
+    methods, baseline, gate = report["methods"], report["baseline"], report["gate"]
+    evaluation = report["study"]
+    lines = [f"Evaluation: offline on the final weights and the step-0 model, identical for every method: greedy, gold-answer "
+             f"probability, {evaluation['eval_samples']} samples per problem at T=1 seeded per problem (seed {evaluation['eval_seed']}), "
+             f"every completion capped at {evaluation['eval_max_new_tokens']} tokens.", "",
+             "p0 (step-0 seen accuracy, sampled) per seed: " + ", ".join(f"seed {seed} {value:.3f}" for seed, value in report["p0"].items()) + ".", "",
+             f"**Baseline gate: {'passed' if gate['passed'] else 'FAILED'}**: {gate['reason']}."]
+    if not gate["passed"]:
+        lines += ["", "The baseline did not learn, so the comparison is uninformative: the numbers below are printed, no verdicts."]
+    lines += [""]
+    head = []
+    for method, found in methods.items():
+        cells = [method, str(max((e["n"] for e in found["summary"].values()), default=0))]
+        for key in ("heldout_sampled", "heldout_greedy", "heldout_gold_prob", "seen_sampled"):
+            cells.append(_cell(found["summary"].get(key), 3))
+        cells.append(_cell(found["summary"].get("reward_sampled"), 3))
+        head.append(cells)
+    lines += markdown_table(["method", "seeds", "held-out sampled", "held-out greedy", "held-out gold prob", "seen sampled",
+                             "reward (sampled)"], head)
+    metric = _BY_KEY[report["primary_metric"]].label
+    rows = [[f"{e['method']} − {e['against']}", difference_text(e, 3), f"{e['mdd']:.3f}" if e["mdd"] is not None else "-",
+             f"{e['p']:.3f}" if e["p"] is not None else "-", e["verdict"]] for e in report["contrasts"]["primary"]]
+    lines += ["", f"### Primary contrasts (named in advance), {metric}", ""]
+    lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p", "verdict"], rows)
+    further = [[f"{e['method']} − {e['against']}", difference_text(e, 3), f"{e['mdd']:.3f}" if e["mdd"] is not None else "-",
+                f"{e['p_holm']:.3f}" if e["p_holm"] is not None else "-", e["verdict"]] for e in report["contrasts"]["further"]]
+    if further:
+        lines += ["", f"### Further contrasts against {baseline} (Holm-adjusted p)", ""]
+        lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p (Holm)", "verdict"], further)
+    lines += ["", "MDD: the smallest true difference a paired t-test at 5% detects with 80% power, from the observed paired SD and n.", ""]
+    return lines
 
 
 # --- curves --------------------------------------------------------------------------------------------------
@@ -335,7 +451,7 @@ def write_report(config: StudyConfig, published_from: Optional[str] = None) -> d
 
 # What a published study keeps of each run: enough to recompute every number of its report (not the model,
 # data or verl's full log).
-EXPORTED_FILES = ("metrics.jsonl", IDENTITY_FILE, DONE_FILE, "command.txt")
+EXPORTED_FILES = ("metrics.jsonl", IDENTITY_FILE, DONE_FILE, "command.txt", EVAL_FILE)
 
 
 def export(config: StudyConfig, destination: Path) -> dict:
@@ -354,5 +470,10 @@ def export(config: StudyConfig, destination: Path) -> dict:
             source = config.run_folder(method, seed) / name
             if source.exists():
                 shutil.copyfile(source, target / name)
+    for seed in config.seeds:  # exact evaluation: each seed's step-0 evaluation (not its model)
+        source = config.seed_model_folder(seed) / EVAL_FILE
+        if source.exists():
+            moved.seed_model_folder(seed).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, moved.seed_model_folder(seed) / EVAL_FILE)
     plan(moved)  # the copies are the same runs
     return write_report(moved, published_from=str(config.out))

@@ -6,6 +6,11 @@ Layout under ``OUT``: ``runs/<method>_seed<N>/`` (the demo's files: ``metrics.js
 verl exited 0 with every step logged, ``done.json`` (its wall time); then ``report.md``, ``report.json`` and
 ``curves.png`` (``report``).
 
+``--evaluation exact`` (edge_verl/study/exact_eval.py): every method of a seed trains from one warm-started
+model (``models/seed<N>/``, built once, its step-0 evaluation ``exact_eval.json`` done once); verl does not
+validate; each run saves its final weights and is evaluated offline (``runs/<run>/exact_eval.json``) under one
+token cap, with samples seeded per problem, so two evaluations of one checkpoint are identical.
+
 Resumable like ``edge-verl reproduce``: a finished run (``done.json``, same identity) is skipped; an
 interrupted one is run again from the start (the runs save no checkpoints; its old metrics are removed
 first). Before anything runs, every run folder is checked: a folder holding another run (another task,
@@ -17,6 +22,7 @@ compared seed by seed (paired).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -25,8 +31,9 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, run_demo, trained_steps
+from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
 from edge_verl.methods import get_method
+from edge_verl.study.exact_eval import EvalConfig
 
 # The default study: the baseline, each remedy alone, both papers' methods and the controls of EDGE's GEC.
 DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "gec", "edge_masked", "edge_placebo")
@@ -35,6 +42,11 @@ DEFAULT_TASK = "addmod"
 DEFAULT_SEEDS = (1, 2, 3)
 IDENTITY_FILE = "study_run.json"
 DONE_FILE = "done.json"
+EVAL_FILE = "exact_eval.json"
+# How a study measures accuracy: "verl" (verl's validation during the run, val-core/*: unseeded, each
+# method under its own response cap) or "exact" (edge_verl/study/exact_eval.py on the seed's warm-started
+# model once and on each run's final weights: deterministic, one token cap for every method).
+EVALUATIONS = ("verl", "exact")
 FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
 
 
@@ -63,6 +75,13 @@ class StudyConfig:
     trainer: str = "v1"
     out: Path = Path("runs/study")
     extra_overrides: tuple[str, ...] = ()
+    # evaluation="exact": the step-0 model (shared by a seed's methods) and every final model are scored
+    # offline on every seen and held-out problem: greedy, gold-answer probability and ``eval_samples``
+    # samples at T=1 seeded per problem by ``eval_seed``, all capped at ``eval_max_new_tokens``.
+    evaluation: str = "verl"
+    eval_samples: int = 4
+    eval_seed: int = 0
+    eval_max_new_tokens: int = 16
     # Filled in: the scale fields of DemoConfig that the study does not change (lr, warm start), recorded
     # in every identity so that a changed default is a changed run.
     demo_defaults: dict = field(default_factory=dict)
@@ -82,6 +101,9 @@ class StudyConfig:
             raise ValueError(f"seeds={list(self.seeds)!r}: one or more integers >= 0")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
+        if self.evaluation not in EVALUATIONS:
+            raise ValueError(f"evaluation={self.evaluation!r}; allowed: {', '.join(EVALUATIONS)}")
+        self.eval_config()  # validates the evaluation's options
         self.out = Path(self.out)
         self.extra_overrides = tuple(self.extra_overrides)
         probe = self.demo_config(self.methods[0], self.seeds[0])  # validates the scale the demo's way
@@ -105,7 +127,15 @@ class StudyConfig:
     def run_folder(self, method: str, seed: int) -> Path:
         return self.out / "runs" / self.run_name(method, seed)
 
+    def eval_config(self) -> EvalConfig:
+        return EvalConfig(max_new_tokens=self.eval_max_new_tokens, samples=self.eval_samples, temperature=1.0, seed=self.eval_seed)
+
+    def seed_model_folder(self, seed: int) -> Path:
+        """evaluation="exact": the warm-started model every method of ``seed`` trains from."""
+        return self.out / "models" / f"seed{seed}"
+
     def demo_config(self, method: str, seed: int) -> DemoConfig:
+        exact = self.evaluation == "exact"
         return DemoConfig(
             algorithm=method,
             task=self.task,
@@ -116,7 +146,9 @@ class StudyConfig:
             prompts_per_step=self.prompts_per_step,
             responses_per_prompt=self.responses_per_prompt,
             advantage_stats=True,
-            validate=True,
+            validate=not exact,
+            model_dir=self.seed_model_folder(seed) if exact else None,
+            save_final_weights=exact,
             test_freq=self.steps if self.test_freq is None else self.test_freq,
             val_samples=self.val_samples,
             val_temperature=self.val_temperature,
@@ -139,6 +171,7 @@ class StudyConfig:
             "responses_per_prompt": self.responses_per_prompt,
             "extra_overrides": list(self.extra_overrides),
             **self.demo_defaults,
+            **({"evaluation": self.eval_config().as_dict()} if self.evaluation == "exact" else {}),
         }
 
     def runs(self) -> list[tuple[str, int]]:
@@ -197,8 +230,33 @@ def plan(config: StudyConfig) -> list[tuple[str, int, str]]:
 
 
 def _clear_partial(folder: Path) -> None:
-    for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE):
+    for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE, EVAL_FILE):
         (folder / name).unlink(missing_ok=True)
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # an interrupted run restarts: never resume its step
+
+
+def evaluate_model(config: StudyConfig, model_dir: Path, out_file: Path) -> dict:
+    """evaluation="exact": ``exact_eval`` of ``model_dir`` on the task's seen and held-out problems, written
+    to ``out_file`` as {split: result}."""
+    from edge_verl.study.exact_eval import evaluate_problems
+
+    task = tasks.get_task(config.task)
+    problems = {"seen": task.seen_problems(), "heldout": task.heldout_problems}
+    result = {split: evaluate_problems(model_dir, [(q, a) for q, a, _ in chosen], config.eval_config(), task.data_source)
+              for split, chosen in problems.items()}
+    out_file.write_text(json.dumps(result) + "\n")
+    return result
+
+
+def prepare_seed(config: StudyConfig, seed: int) -> Path:
+    """evaluation="exact": the seed's warm-started model, built once, and its step-0 evaluation, done once."""
+    probe = config.demo_config(config.methods[0], seed)
+    folder = build_warm_model(model_recipe(probe), config.seed_model_folder(seed))
+    wanted = config.eval_config().as_dict()
+    recorded = json.loads((folder / EVAL_FILE).read_text()) if (folder / EVAL_FILE).exists() else None
+    if recorded is None or any(split["config"] != wanted for split in recorded.values()):
+        evaluate_model(config, folder, folder / EVAL_FILE)
+    return folder
 
 
 def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict:
@@ -208,12 +266,19 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict
     folder.mkdir(parents=True, exist_ok=True)
     _clear_partial(folder)
     (folder / IDENTITY_FILE).write_text(json.dumps(config.identity(method, seed), indent=1) + "\n")
-    result = run_demo(config.demo_config(method, seed), stream=stream)
+    if config.evaluation == "exact":
+        prepare_seed(config, seed)
+    demo = config.demo_config(method, seed)
+    result = run_demo(demo, stream=stream)
     steps = [row["step"] for row in trained_steps(result["rows"])]
     if result["returncode"] != 0:
         raise StudyError(f"run {config.run_name(method, seed)} failed (verl exit {result['returncode']}); log: {folder / 'verl.log'}")
     if steps != list(range(1, config.steps + 1)):
         raise StudyError(f"run {config.run_name(method, seed)} logged steps {steps}, not 1..{config.steps}; log: {folder / 'verl.log'}")
+    if config.evaluation == "exact":
+        if not final_weights(demo).is_dir():
+            raise StudyError(f"run {config.run_name(method, seed)} saved no final weights at {final_weights(demo)}")
+        evaluate_model(config, final_weights(demo), folder / EVAL_FILE)
     done = {"seconds": round(result["seconds"], 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit()}
     (folder / DONE_FILE).write_text(json.dumps(done) + "\n")
     return done

@@ -1,8 +1,9 @@
 """``edge-verl study`` at smoke scale, as a user runs it (the CLI, verl's real main_ppo per run): 2 methods x 1
 seed x 2 steps on the collapse-regime task, on the legacy trainer, every report number checked against the
-runs' own metrics files; a re-run skips the finished runs and another scale in the same folder is refused,
-both before any verl start. The GEPO run saves a checkpoint: it is also the legacy trainer's GEPO run (metrics,
-thresholds saved after 2 updates; validation before training does not move them). ~3.5 minutes."""
+runs' own metrics files and exact-evaluation files (``--evaluation exact``: the seed's step-0 model evaluated once,
+each run's final weights saved by verl and evaluated offline); a re-run skips the finished runs and another scale
+in the same folder is refused, both before any verl start. The GEPO run's final checkpoint makes it also the
+legacy trainer's GEPO run (metrics, thresholds saved after 2 updates). ~3 minutes."""
 
 import json
 import subprocess
@@ -12,9 +13,7 @@ import pytest
 
 from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
-SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--val-samples", "2", "--trainer", "legacy"]
-HELD = "val-core/edge_verl/demo_addmod/heldout/acc/mean@2"
-SEEN = "val-core/edge_verl/demo_addmod/seen/acc/mean@2"
+SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]
 
 
 def _study(out, *extra):
@@ -25,7 +24,7 @@ def _study(out, *extra):
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    done = _study(out, "trainer.save_freq=2")
+    done = _study(out)
     logs = "".join((path.read_text()[-3000:] for path in out.glob("runs/*/verl.log")))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs
     return out
@@ -40,12 +39,17 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
     assert set(report["runs"]) == {"grpo_seed1", "gepo_seed1"} and report["not_finished"] == []
     for name, run in report["runs"].items():
         rows = _rows(smoke, name)
-        assert [row["step"] for row in rows] == [0, 1, 2]  # validation before training, then 2 steps
-        first, last = rows[0], rows[-1]
+        assert [row["step"] for row in rows] == [1, 2]  # no validation inside verl
+        last = rows[-1]
         values = run["values"]
-        # validation: before training and after the last step, two data sources; the window is step 2 alone
-        assert values["heldout_acc_start"] == first[HELD] and values["seen_acc_start"] == first[SEEN]
-        assert values["heldout_acc"] == last[HELD] and values["seen_acc"] == last[SEEN]
+        # the exact evaluation: the final weights' (the run's file) and the seed's step-0 model's (one file)
+        final = json.loads((smoke / "runs" / name / "exact_eval.json").read_text())
+        start = json.loads((smoke / "models" / "seed1" / "exact_eval.json").read_text())
+        for split in ("seen", "heldout"):
+            assert final[split]["n"] == 20 and final[split]["config"]["max_new_tokens"] == 16
+            for stat, short in (("greedy_acc", "greedy"), ("sampled_acc", "sampled"), ("gold_prob", "gold_prob")):
+                assert values[f"{split}_{short}"] == final[split][stat] and values[f"{split}_{short}_start"] == start[split][stat]
+        assert (smoke / "runs" / name / "checkpoints" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
         for column, metric in (("reward_sampled", "critic/score/mean"), ("entropy", "actor/entropy"),
                                ("adv_var_after", "edge_verl/adv/var"), ("all_wrong_groups", "edge_verl/adv/all_wrong_group_frac"),
                                ("all_right_groups", "edge_verl/adv/all_right_group_frac"), ("response_length", "response_length/mean")):
@@ -56,20 +60,24 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
         assert last["edge_verl/adv/score_mean"] == pytest.approx(last["critic/score/mean"], abs=1e-6)
     gepo = report["runs"]["gepo_seed1"]
     assert gepo["sources"]["adv_var_before"] == "edge_verl/gepo/adv_var_before"
-    difference = report["methods"]["gepo"]["vs_baseline"]["heldout_acc"]
-    assert difference["per_seed"] == {"1": pytest.approx(gepo["values"]["heldout_acc"] - report["runs"]["grpo_seed1"]["values"]["heldout_acc"])}
+    difference = report["methods"]["gepo"]["vs_baseline"]["heldout_sampled"]
+    assert difference["per_seed"] == {"1": pytest.approx(gepo["values"]["heldout_sampled"] - report["runs"]["grpo_seed1"]["values"]["heldout_sampled"])}
     assert difference["interval"] is None  # one seed: no interval, and the report says so
+    # the seed's step-0 model is the same for both methods: identical step-0 numbers
+    assert gepo["values"]["heldout_sampled_start"] == report["runs"]["grpo_seed1"]["values"]["heldout_sampled_start"]
+    assert set(report["p0"]) == {"1"} and "passed" in report["gate"]
     text = (smoke / "report.md").read_text()
     assert "(1 paired seed: no interval)" in text and "[metrics](runs/gepo_seed1/metrics.jsonl)" in text
+    assert "Baseline gate" in text and "Primary contrasts" in text
     assert (smoke / "curves.png").stat().st_size > 10_000
 
 
 def test_a_rerun_skips_finished_runs_and_another_scale_is_refused(smoke):
     before = (smoke / "report.json").read_text()
-    again = _study(smoke, "trainer.save_freq=2")
+    again = _study(smoke)
     assert again.returncode == 0 and "2 of 2 runs done" in again.stdout and "[1/" not in again.stdout
     assert json.loads((smoke / "report.json").read_text())["runs"] == json.loads(before)["runs"]
-    longer = _study(smoke, "--steps", "3", "trainer.save_freq=2")
+    longer = _study(smoke, "--steps", "3")
     assert longer.returncode == 1 and "holds another run (steps: 2 there, 3 now)" in longer.stderr
 
 
@@ -78,8 +86,8 @@ def test_the_legacy_gepo_run_logs_metrics_and_saves_thresholds(smoke):
     rows = _rows(smoke, "gepo_seed1")
     for key in GEPO_KEYS:
         assert f"edge_verl/gepo/{key}" in rows[-1]
-    for row in rows[1:]:  # step 0 holds validation only
+    for row in rows:
         assert_grader_metrics(row)
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
-    assert saved["gepo_thresholds"]["num_updates"] == 2  # the validation before step 1 did not update them
+    assert saved["gepo_thresholds"]["num_updates"] == 2
     assert saved["gepo_thresholds"]["h_low"] == pytest.approx(rows[-1]["edge_verl/gepo/h_low"], rel=1e-12)
