@@ -1,5 +1,7 @@
 """``edge-verl reproduce`` end to end on CPU: a scaled-down EDGE-GRPO Table 2 (base + GRPO + EDGE rows,
-2 seeds) through the unchanged FSDP recipes with the tiny model, then the evaluation slice, the table,
+one seed: the pipeline's folders, checkpoints, weights and skips; mean ± std and the paired interval over
+seeds are tested on hand-computed tables in tests/test_reproduce.py and tests/test_paired_difference.py,
+which keeps CI under its budget) through the unchanged FSDP recipes with the tiny model, then the evaluation slice, the table,
 the curves; a second invocation skips everything; run identity keeps training sets apart.
 
 The training set is the demo's copy task (the tiny model cannot learn real math in two steps), given to
@@ -22,7 +24,7 @@ from tests.e2e.recipe_runs import python_environment, reproduce_command, tiny_re
 from tests.recipe_dry_run import parse
 
 REPO = Path(__file__).resolve().parents[2]
-SEEDS = ("1", "2")
+SEEDS = ("1",)
 ROWS = ("base_1.5b", "grpo_1.5b", "edge_1.5b")
 EVAL_LIMIT = "3"
 EVAL_TOKENS = "16"
@@ -108,12 +110,11 @@ def test_table_equals_hand_computation_from_each_runs_evaluation(reproduced):
             values = [scores[column] for scores in per_seed]
             entry = rows[key]["columns"][column]
             assert entry["mean"] == pytest.approx(statistics.mean(values))
-            assert entry["std"] == pytest.approx(statistics.stdev(values))
-            assert entry["n"] == 2
+            assert entry["n"] == len(SEEDS)
     assert rows["edge_1.5b"]["columns"]["Avg"]["paper"] == 47.24
     assert rows["base_1.5b"]["columns"]["Avg"]["n"] == 1
     # the model each row ran (here every row: the tiny model, one model for all rows, so --set MODEL_PATH)
-    assert f"| EDGE-GRPO 1.5B | {rows['edge_1.5b']['model']} | 2 |" in (reproduced["out"] / "table.md").read_text()
+    assert f"| EDGE-GRPO 1.5B | {rows['edge_1.5b']['model']} | {len(SEEDS)} |" in (reproduced["out"] / "table.md").read_text()
     assert rows["edge_1.5b"]["model"].endswith("model")
 
 
@@ -122,7 +123,7 @@ def test_second_invocation_skips_every_finished_stage(reproduced):
     assert second.returncode == 0, second.stderr[-3000:]
     stage_lines = [line for line in second.stdout.splitlines() if line.split(" ", 1)[0] in {"skip", "run", "would", "wrote"}]
     assert stage_lines and all(line.startswith("skip") for line in stage_lines), stage_lines
-    assert len(stage_lines) == 1 + 1 + 4 * 2 + 1  # data, base eval, 4 x (train, eval), report
+    assert len(stage_lines) == 1 + 1 + 2 * len(SEEDS) * 2 + 1  # data, base eval, (grpo, edge) x seeds x (train, eval), report
     after = {path: path.stat().st_mtime_ns for path in reproduced["out"].rglob("*.done.json")}
     assert after == reproduced["markers"]
 
