@@ -5,7 +5,15 @@
   steps, so a CPU run shows learning rather than only "it ran".
 - ``addmod``: the last digit of a sum ("Add 3 5 mod 10" -> 8), a collapse-regime task: after the same warm
   start the tiny model answers ~5% of the problems (measured), so most groups of 8 samples are all wrong
-  and GRPO's advantage is zero for them -- close to the Hard-1K regime both papers target.
+  and GRPO's advantage is zero for them -- close to the Hard-1K regime both papers target. But it is 100
+  unrelated facts to this model, with no rule that carries to the held-out pairs: measured, GRPO's sampled
+  reward never rose on it.
+- ``pair``: the two digits of a string written with two ("Pair 22266626" -> 26, smaller first), a rule
+  that carries to 1000 held-out strings (4000 train). Its 45 answers make chance accuracy ~2%, and the warm
+  start's length sets the starting point: 75 steps give p0 5.8-8.6% and 51-63% all-wrong groups at K = 8
+  over seeds 1-4 (``edge-verl study --task pair --calibrate``). Measured: GRPO did not yet raise its sampled
+  reward in 20 steps (seed 1, lr 1e-3, 8 or 16 prompts x 8: 0.056 -> 0.056 / 0.055 -> 0.061 while entropy
+  fell 0.9 -> 0.5; lr 3e-3 diverged), so it is not the study's default until a setting passes the gate.
 
 Every task has TRAINING problems (the warm start and the RL training sets draw from these only) and
 HELD-OUT problems, never used by either: the two validation sets, ``<data source>/seen`` (a fixed sample
