@@ -23,6 +23,7 @@ of one checkpoint differ (measured SD 0.015 at step 0) and each method's cap was
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -180,12 +181,11 @@ def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config
             for offset, (_, answer) in enumerate(batch):
                 mine = completions[offset * config.samples : (offset + 1) * config.samples]
                 sampled.append(sum(_grade(data_source, tokenizer, c, answer) for c in mine) / config.samples)
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
     return {
         "n": len(problems),
         "config": config.as_dict(),
-        "greedy_acc": mean(greedy),
-        "gold_prob": mean(gold_prob),
-        "sampled_acc": mean(sampled),
+        "greedy_acc": statistics.fmean(greedy),
+        "gold_prob": statistics.fmean(gold_prob),
+        "sampled_acc": statistics.fmean(sampled),
         "per_problem": {"greedy": greedy, "gold_prob": gold_prob, "sampled": sampled},
     }

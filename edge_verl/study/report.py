@@ -373,6 +373,14 @@ def _verl_headline(report: dict, low: int, high: int) -> list[str]:
     return lines
 
 
+def _contrast_cells(entry: dict, p_key: str) -> list[str]:
+    """One contrast's table row: name, Δ [interval], MDD, the p-value under ``p_key``, verdict."""
+    def number(value: Optional[float]) -> str:
+        return f"{value:.3f}" if value is not None else "-"
+
+    return [f"{entry['method']} − {entry['against']}", difference_text(entry, 3), number(entry["mdd"]), number(entry[p_key]), entry["verdict"]]
+
+
 def _exact_headline(report: dict) -> list[str]:
     """evaluation="exact": p0 per seed, the gate, the named contrasts with their MDD, the further ones (Holm)."""
     methods, baseline, gate = report["methods"], report["baseline"], report["gate"]
@@ -395,15 +403,13 @@ def _exact_headline(report: dict) -> list[str]:
     lines += markdown_table(["method", "seeds", "held-out sampled", "held-out greedy", "held-out gold prob", "seen sampled",
                              "reward (sampled)"], head)
     metric = _BY_KEY[report["primary_metric"]].label
-    rows = [[f"{e['method']} − {e['against']}", difference_text(e, 3), f"{e['mdd']:.3f}" if e["mdd"] is not None else "-",
-             f"{e['p']:.3f}" if e["p"] is not None else "-", e["verdict"]] for e in report["contrasts"]["primary"]]
     lines += ["", f"### Primary contrasts (named in advance), {metric}", ""]
-    lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p", "verdict"], rows)
-    further = [[f"{e['method']} − {e['against']}", difference_text(e, 3), f"{e['mdd']:.3f}" if e["mdd"] is not None else "-",
-                f"{e['p_holm']:.3f}" if e["p_holm"] is not None else "-", e["verdict"]] for e in report["contrasts"]["further"]]
-    if further:
+    lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p", "verdict"],
+                            [_contrast_cells(entry, "p") for entry in report["contrasts"]["primary"]])
+    if report["contrasts"]["further"]:
         lines += ["", f"### Further contrasts against {baseline} (Holm-adjusted p)", ""]
-        lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p (Holm)", "verdict"], further)
+        lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p (Holm)", "verdict"],
+                                [_contrast_cells(entry, "p_holm") for entry in report["contrasts"]["further"]])
     lines += ["", "MDD: the smallest true difference a paired t-test at 5% detects with 80% power, from the observed paired SD and n.", ""]
     return lines
 
