@@ -127,10 +127,11 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
         "report.json and curves.png (every seed, mean ± std, the paired difference to GRPO with a 95%% interval). "
         "A re-run skips finished runs; a folder holding another run is refused before anything runs.",
     )
-    study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime)")
+    study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime, learnable by a rule)")
     study.add_argument("--methods", nargs="+", choices=(*algorithms, "eda"), default=list(DEFAULT_METHODS), metavar="METHOD",
                        help=f"methods (edge_verl/methods.py; default {' '.join(DEFAULT_METHODS)})")
-    study.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS), help="seeds (default 1 2 3)")
+    study.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS),
+                       help=f"seeds (default {' '.join(map(str, DEFAULT_SEEDS))})")
     study.add_argument("--steps", type=int, default=defaults.steps, help=f"training steps per run (default {defaults.steps})")
     study.add_argument("--test-freq", type=int, default=None, help="validate every N steps too (default: before training and at the end only)")
     study.add_argument("--val-samples", type=int, default=defaults.val_samples, help=f"samples per validation problem (default {defaults.val_samples})")
@@ -139,8 +140,9 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
     study.add_argument("--responses-per-prompt", type=int, default=defaults.responses_per_prompt, help="group size (default 8)")
     study.add_argument("--trainer", choices=trainers, default=defaults.trainer, help="verl's v1 (default) or legacy trainer")
     study.add_argument("--evaluation", choices=("verl", "exact"), default=defaults.evaluation,
-                       help="verl: verl's validation during each run (default); exact: offline on the seed's step-0 model and each run's "
-                       "final weights, the same for every method (greedy, gold-answer probability, samples seeded per problem, one token cap)")
+                       help="exact (default): offline on the seed's step-0 model and each run's final weights, the same for every method "
+                       "(greedy, gold-answer probability, samples seeded per problem, one token cap); verl: verl's validation during each "
+                       "run (unseeded; each method under its own response cap)")
     study.add_argument("--eval-samples", type=int, default=defaults.eval_samples, help=f"exact: samples per problem at T=1 (default {defaults.eval_samples})")
     study.add_argument("--eval-seed", type=int, default=defaults.eval_seed, help=f"exact: the evaluation's seed, the same for every method (default {defaults.eval_seed})")
     study.add_argument("--eval-max-new-tokens", type=int, default=defaults.eval_max_new_tokens,
@@ -153,6 +155,8 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
     study.add_argument("--calibrate", nargs="*", type=int, default=None, metavar="WARM_STEPS",
                        help="measure the starting point instead: p0 and the all-wrong group share at K=8 of each seed's "
                        "warm-started model, for each warm-start length given (default: the task's), offline in seconds; run nothing")
+    study.add_argument("--warm-correct-fraction", nargs="+", type=float, default=None, metavar="F",
+                       help="--calibrate: the warm start's share(s) of gold answers to measure (default: the task's)")
     study.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run's verl main_ppo")
 
 
@@ -161,10 +165,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     from edge_verl.study.calibrate import calibrate
 
     steps = args.calibrate or [get_task(args.task).warm_start_steps]
+    fractions = args.warm_correct_fraction
     if any(value < 0 for value in steps) or any(seed < 0 for seed in args.seeds):
         print(f"edge-verl study: --calibrate {steps} --seeds {args.seeds}: warm-start steps and seeds must be >= 0", file=sys.stderr)
         return 2
-    for found in calibrate(args.task, args.seeds, steps, args.out / "calibration"):
+    if fractions is not None and any(not 0 < value <= 1 for value in fractions):
+        print(f"edge-verl study: --warm-correct-fraction {fractions}: each must be in (0, 1]", file=sys.stderr)
+        return 2
+    for found in calibrate(args.task, args.seeds, steps, args.out / "calibration", fractions):
         print(found.line(), flush=True)
     return 0
 

@@ -144,8 +144,8 @@ def test_calibration_measures_the_start_of_a_warm_model(warm_model):
     assert 0 <= measured["p0"] <= 1 and 0 <= measured["all_wrong_group_frac"] <= 1
     # a problem with no correct sample among 8 has sampled accuracy 0; p0 <= 1 - all-wrong share
     assert measured["p0"] <= 1 - measured["all_wrong_group_frac"] + 1e-12
-    line = Calibration("pair", 1, 70, **measured).line()
-    assert "p0" in line and "seed 1" in line
+    line = Calibration("pair", 1, 70, 1.0, **measured).line()
+    assert "p0" in line and "seed 1" in line and "1.00 gold" in line
 
 
 # --- power ---------------------------------------------------------------------------------------------------
@@ -188,10 +188,13 @@ def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, caps
 
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "0", "--out", str(tmp_path)]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pair")]
-    # an untrained model writes no boxed pair: p0 0, every group all wrong
-    assert "seed 1" in line and "warm start    0 steps: p0 0.000, all-wrong groups (K=8) 1.00" in line
-    assert not (tmp_path / "runs").exists() and (tmp_path / "calibration" / "pair_seed1_warm0").is_dir()
+    # an untrained model writes no boxed pair: p0 0, every group all wrong; the task's gold share is recorded
+    assert "seed 1" in line and "warm start    0 steps, 0.16 gold: p0 0.000, all-wrong groups (K=8) 1.00" in line
+    assert not (tmp_path / "runs").exists() and (tmp_path / "calibration" / "pair_seed1_warm0_gold0.16").is_dir()
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "-1", "--out", str(tmp_path)]) == 2
+    for bad in ("0", "1.5"):
+        assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "0", "--warm-correct-fraction", bad,
+                     "--out", str(tmp_path)]) == 2
 
 
 # --- the gate and the contrasts (edge_verl/study/verdict.py) --------------------------------------------------

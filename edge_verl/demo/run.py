@@ -70,6 +70,9 @@ class DemoConfig:
     # improves within 20 steps (measured; 150 steps of random-digit format training instead left it at 8%
     # and GRPO did not move it)).
     warm_start_steps: int | None = None
+    # The warm start's share of gold answers (the rest: the task's misconception or a random digit); None: the
+    # task's (Task.warm_start_correct_fraction; 1.0 for copy and addmod, 0.12 for pair).
+    warm_start_correct_fraction: float | None = None
     save_freq: int = -1
     resume: bool = False
     # Pad the tiny model's vocabulary (259 tokens) to a multiple of this: Megatron's tensor parallel
@@ -120,6 +123,10 @@ class DemoConfig:
             raise ValueError(f"val_temperature={self.val_temperature!r} must be >= 0")
         if self.warm_start_steps is None:
             self.warm_start_steps = task.get_task(self.task).warm_start_steps
+        if self.warm_start_correct_fraction is None:
+            self.warm_start_correct_fraction = task.get_task(self.task).warm_start_correct_fraction
+        if isinstance(self.warm_start_correct_fraction, bool) or not 0 < self.warm_start_correct_fraction <= 1:
+            raise ValueError(f"warm_start_correct_fraction={self.warm_start_correct_fraction!r} must be in (0, 1]")
         if isinstance(self.warm_start_steps, bool) or not isinstance(self.warm_start_steps, int) or self.warm_start_steps < 0:
             raise ValueError(f"warm_start_steps={self.warm_start_steps!r} must be an integer >= 0")
         self.out = Path(self.out)
@@ -136,6 +143,8 @@ def model_recipe(config: DemoConfig) -> dict:
         "task": config.task,
         "seed": config.seed,
         "warm_start_steps": config.warm_start_steps,
+        "warm_start_correct_fraction": config.warm_start_correct_fraction,
+        "misconception": task.get_task(config.task).misconception,
         "vocab_multiple": config.vocab_multiple,
         "attention_heads": config.attention_heads,
     }
@@ -143,8 +152,8 @@ def model_recipe(config: DemoConfig) -> dict:
 
 def build_warm_model(recipe: dict, model_dir: Path) -> Path:
     """Build the tiny model of ``recipe`` (``model_recipe``'s fields) in ``model_dir``: a fresh Qwen2 of that
-    seed and size, warm-started on the answer format of the task's training problems only; unless the folder
-    already holds that recipe's model."""
+    seed and size, warm-started on the answer format of the task's training problems only (gold answers, or
+    for the recipe's wrong share its misconception); unless the folder already holds that recipe's model."""
     from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
 
     model_dir = Path(model_dir)
@@ -155,6 +164,7 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
     model = tiny.build_model(
         tokenizer, seed=recipe["seed"], vocab_multiple=recipe["vocab_multiple"], attention_heads=recipe["attention_heads"]
     )
+    misconception = recipe["misconception"]
     tiny.warm_start(
         model,
         tokenizer,
@@ -162,7 +172,8 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
         task.ANSWER_FORMAT,
         steps=recipe["warm_start_steps"],
         seed=recipe["seed"],
-        correct_fraction=1.0,
+        correct_fraction=recipe["warm_start_correct_fraction"],
+        wrong_answer=None if misconception is None else task.MISCONCEPTIONS[misconception],
     )
     tiny.save(model, tokenizer, model_dir, record=recipe)
     return model_dir

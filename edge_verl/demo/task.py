@@ -8,12 +8,15 @@
   and GRPO's advantage is zero for them -- close to the Hard-1K regime both papers target. But it is 100
   unrelated facts to this model, with no rule that carries to the held-out pairs: measured, GRPO's sampled
   reward never rose on it.
-- ``pair``: the two digits of a string written with two ("Pair 22266626" -> 26, smaller first), a rule
-  that carries to 1000 held-out strings (4000 train). Its 45 answers make chance accuracy ~2%, and the warm
-  start's length sets the starting point: 75 steps give p0 5.8-8.6% and 51-63% all-wrong groups at K = 8
-  over seeds 1-4 (``edge-verl study --task pair --calibrate``). Measured: GRPO did not yet raise its sampled
-  reward in 20 steps (seed 1, lr 1e-3, 8 or 16 prompts x 8: 0.056 -> 0.056 / 0.055 -> 0.061 while entropy
-  fell 0.9 -> 0.5; lr 3e-3 diverged), so it is not the study's default until a setting passes the gate.
+- ``pair`` (the study's task): the two digits of a string written with two ("Pair 22266626" -> 26, smaller
+  first), a rule that carries to 1000 held-out strings (4000 train). Its warm start teaches a misconception:
+  the right digits, in the wrong order (larger first) in 84% of its examples, for 300 steps, so the model
+  answers with the right digits and mostly the wrong order: p0 6.2-9.4% and 57-69% all-wrong groups at K = 8
+  over seeds 1-4 (``edge-verl study --task pair --calibrate``), greedy accuracy ~0, the collapse regime. The
+  order is one rule shared by every problem, so what GRPO learns from the few groups with a right answer
+  carries to the others and to held-out strings. (Warm-started on gold answers instead, with p0 set by a
+  short warm start (75 steps), its samples were a quarter malformed and GRPO's sampled reward stayed flat in
+  20 steps: measured, seed 1.)
 
 Every task has TRAINING problems (the warm start and the RL training sets draw from these only) and
 HELD-OUT problems, never used by either: the two validation sets, ``<data source>/seen`` (a fixed sample
@@ -42,13 +45,22 @@ class Task:
     data_source: str
     train_problems: tuple[Problem, ...]
     heldout_problems: tuple[Problem, ...]
-    # The demo's warm start for this task (DemoConfig.warm_start_steps when not given): it sets the starting
-    # accuracy, measured by edge_verl/study/calibrate.py (``edge-verl study --calibrate``).
+    # The demo's warm start for this task (DemoConfig.warm_start_steps / warm_start_correct_fraction when not
+    # given): supervised steps on the answer format, the gold answer in ``warm_start_correct_fraction`` of the
+    # examples and otherwise the task's ``misconception`` (a name in MISCONCEPTIONS; None: a random digit).
+    # Together they set the starting accuracy, measured by edge_verl/study/calibrate.py
+    # (``edge-verl study --calibrate``).
     warm_start_steps: int = 50
+    warm_start_correct_fraction: float = 1.0
+    misconception: str | None = None
 
     def __post_init__(self) -> None:
         if not self.train_problems or not self.heldout_problems:
             raise ValueError(f"task {self.name}: needs training and held-out problems")
+        if self.misconception is not None and self.misconception not in MISCONCEPTIONS:
+            raise ValueError(f"task {self.name}: misconception={self.misconception!r}; defined: {', '.join(MISCONCEPTIONS)}")
+        if not 0 < self.warm_start_correct_fraction <= 1:
+            raise ValueError(f"task {self.name}: warm_start_correct_fraction={self.warm_start_correct_fraction!r} must be in (0, 1]")
         shared = {q for q, _, _ in self.train_problems} & {q for q, _, _ in self.heldout_problems}
         if shared:
             raise ValueError(f"task {self.name}: held-out problems also in training: {sorted(shared)[:3]}")
@@ -71,6 +83,13 @@ class Task:
         return [(question, answer) for question, answer, _ in self.train_problems]
 
 
+# What a warm start may teach instead of the gold answer (Task.misconception): a wrong rule that RL has to
+# unlearn, the same on every problem, so that the starting accuracy is low everywhere while the problem stays
+# learnable by a rule that carries to held-out problems.
+MISCONCEPTIONS = {
+    # the answer's characters in reverse order: for pair, the larger digit first ("26" -> "62")
+    "reversed": lambda answer: answer[::-1],
+}
 VALIDATION_SPLITS = ("seen", "heldout")
 SEEN_SEED = 7
 
@@ -139,11 +158,12 @@ TASKS: dict[str, Task] = {
              tuple(_copy_problem(d, 12) for d in range(10)), tuple(_copy_problem(d, 8) for d in range(10))),
         Task("addmod", "last digit of a + b (collapse regime: ~5% accurate after the warm start)", "edge_verl/demo_addmod",
              _ADDMOD_TRAIN, _ADDMOD_HELDOUT),
-        # A rule (the set of digits of the string, smaller first) that carries to the 1000 held-out strings:
-        # 45 possible answers, so the warm start's length sets the starting accuracy (measured by
-        # edge_verl/study/calibrate.py: 70-80 warm-start steps give p0 of 4-9%, 50-72% all-wrong groups at K=8).
-        Task("pair", "the two digits of a two-digit string, smaller first (a rule that carries to held-out strings)",
-             "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=75),
+        # A rule (the set of digits of the string, smaller first) that carries to the 1000 held-out strings; the
+        # warm start teaches the digits well and the order mostly wrong (gold in 16% of its examples): p0 6.2-9.4%,
+        # 57-69% all-wrong groups at K=8 over seeds 1-4 (measured by edge_verl/study/calibrate.py).
+        Task("pair", "the two digits of a two-digit string, smaller first (warm start: mostly the wrong order)",
+             "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=0.16,
+             misconception="reversed"),
     )
 }
 TASK_NAMES = tuple(TASKS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 
@@ -96,10 +97,12 @@ def warm_start(
     seed: int,
     correct_fraction: float = 0.2,
     lr: float = 3e-3,
+    wrong_answer: Optional[Callable[[str], str]] = None,
 ):
     """Supervised warm start on the answer format: the model learns to write ``answer_format.format(d)``
-    followed by end-of-turn, where d is the right answer for a ``correct_fraction`` of the examples and a
-    random digit otherwise -- a weak "base model" that RL can improve.
+    followed by end-of-turn, where d is the right answer for a ``correct_fraction`` of the examples and
+    otherwise ``wrong_answer(answer)`` (a task's misconception, e.g. the right digits in the wrong order) or,
+    when it is None, a random digit -- a weak "base model" that RL can improve.
 
     problems: (user message, answer) pairs; the chat template is applied here. Returns the final loss.
     """
@@ -115,7 +118,10 @@ def warm_start(
             )
             if not isinstance(prompt_ids, list):
                 prompt_ids = list(prompt_ids["input_ids"])
-            target = answer if rng.random() < correct_fraction else str(rng.randrange(10))
+            if rng.random() < correct_fraction:
+                target = answer
+            else:
+                target = wrong_answer(answer) if wrong_answer is not None else str(rng.randrange(10))
             answer_ids = tokenizer.encode(answer_format.format(target), add_special_tokens=False)
             answer_ids.append(tokenizer.eos_token_id)
             batch_ids.append(prompt_ids + answer_ids)

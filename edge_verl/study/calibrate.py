@@ -1,4 +1,5 @@
-"""Offline calibration of a study's starting point: build the tiny model of one seed, warm-start it, and
+"""Offline calibration of a study's starting point: build the tiny model of one seed, warm-start it (a length
+and a share of gold answers, the rest the task's misconception), and
 measure its accuracy p0 and the share of all-wrong groups as GRPO's first step would sample them (K
 samples at temperature 1 per problem), in seconds, without verl or Ray.
 
@@ -29,13 +30,15 @@ class Calibration:
     task: str
     seed: int
     warm_start_steps: int
+    warm_start_correct_fraction: float
     p0: float
     all_wrong_group_frac: float
     greedy_acc: float
     problems: int
 
     def line(self) -> str:
-        return (f"{self.task:<8} seed {self.seed:<3} warm start {self.warm_start_steps:>4} steps: p0 {self.p0:.3f}, "
+        return (f"{self.task:<8} seed {self.seed:<3} warm start {self.warm_start_steps:>4} steps, "
+                f"{self.warm_start_correct_fraction:.2f} gold: p0 {self.p0:.3f}, "
                 f"all-wrong groups (K={GROUP_SIZE}) {self.all_wrong_group_frac:.2f}, greedy {self.greedy_acc:.3f}")
 
 
@@ -50,12 +53,19 @@ def measure_start(model_dir: Path, task_name: str, problems: int = CALIBRATION_P
             "greedy_acc": result["greedy_acc"], "problems": len(chosen)}
 
 
-def calibrate(task_name: str, seeds: Sequence[int], warm_start_steps: Sequence[int], work_dir: Path) -> list[Calibration]:
-    """One ``Calibration`` per (seed, warm-start length)."""
+def calibrate(
+    task_name: str,
+    seeds: Sequence[int],
+    warm_start_steps: Sequence[int],
+    work_dir: Path,
+    correct_fractions: Sequence[float] | None = None,
+) -> list[Calibration]:
+    """One ``Calibration`` per (seed, warm-start length, gold share); ``correct_fractions`` None: the task's."""
     found = []
-    for steps in warm_start_steps:
-        for seed in seeds:
-            recipe = model_recipe(DemoConfig(task=task_name, seed=seed, warm_start_steps=steps, out=Path(work_dir)))
-            folder = build_warm_model(recipe, Path(work_dir) / f"{task_name}_seed{seed}_warm{steps}")
-            found.append(Calibration(task_name, seed, steps, **measure_start(folder, task_name)))
+    for fraction in correct_fractions or [tasks.get_task(task_name).warm_start_correct_fraction]:
+        for steps in warm_start_steps:
+            for seed in seeds:
+                demo = DemoConfig(task=task_name, seed=seed, warm_start_steps=steps, warm_start_correct_fraction=fraction, out=Path(work_dir))
+                folder = build_warm_model(model_recipe(demo), Path(work_dir) / f"{task_name}_seed{seed}_warm{steps}_gold{fraction:g}")
+                found.append(Calibration(task_name, seed, steps, demo.warm_start_correct_fraction, **measure_start(folder, task_name)))
     return found

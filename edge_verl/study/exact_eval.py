@@ -91,15 +91,18 @@ def _logits(model, ids, mask):
 def decode(model, prompts: Sequence[Sequence[int]], noise, eos_id: int, pad_id: int, max_new_tokens: int) -> list[list[int]]:
     """Completions of ``prompts`` (token ids), one token at a time: argmax of logits + ``noise[:, step]``
     (Gumbel noise scaled by the temperature, or None for greedy), stopping a row at ``eos_id`` (kept).
+    The prompt is encoded once and each new token attends to the cached keys and values.
 
     noise: (B, max_new_tokens, V) or None. Returns each row's generated ids."""
     import torch
 
     ids, mask = _left_pad(prompts, pad_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     done = torch.zeros(len(prompts), dtype=torch.bool)
     generated: list[list[int]] = [[] for _ in prompts]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     for step in range(max_new_tokens):
-        logits = _logits(model, ids, mask)[:, -1, :]
+        logits = out.logits[:, -1, :].float()
         if noise is not None:
             logits = logits + noise[:, step, : logits.shape[-1]]
         token = logits.argmax(-1)
@@ -107,10 +110,13 @@ def decode(model, prompts: Sequence[Sequence[int]], noise, eos_id: int, pad_id: 
         for row in torch.nonzero(~done).flatten().tolist():
             generated[row].append(int(token[row]))
         done = done | (token == eos_id)
-        ids = torch.cat([ids, token[:, None]], dim=1)
-        mask = torch.cat([mask, (~done | (token == eos_id)).long()[:, None]], dim=1)
-        if bool(done.all()):
+        if bool(done.all()) or step == max_new_tokens - 1:
             break
+        # a finished row's later tokens are padding, masked out; positions go on counting real tokens
+        mask = torch.cat([mask, (~done | (token == eos_id)).long()[:, None]], dim=1)
+        positions = positions[:, -1:] + 1
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
+                    past_key_values=out.past_key_values, use_cache=True)
     return generated
 
 
@@ -142,11 +148,20 @@ def gold_log_probs(model, tokenizer, prompts: Sequence[Sequence[int]], golds: Se
     return totals
 
 
-def _grade(data_source: str, tokenizer, completion: Sequence[int], answer: str) -> float:
+def _grader(data_source: str, tokenizer):
+    """grade(completion ids, answer) -> 0/1 by the package's reward, each distinct (text, answer) graded once
+    (a trained model repeats its answers: most of an evaluation's samples are repeats)."""
     from edge_verl.reward import compute_score
 
-    text = tokenizer.decode(list(completion), skip_special_tokens=True)
-    return float(compute_score(data_source, text, answer)["score"])
+    graded: dict[tuple[str, str], float] = {}
+
+    def grade(completion: Sequence[int], answer: str) -> float:
+        key = (tokenizer.decode(list(completion), skip_special_tokens=True), answer)
+        if key not in graded:
+            graded[key] = float(compute_score(data_source, key[0], answer)["score"])
+        return graded[key]
+
+    return grade
 
 
 def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config: EvalConfig, data_source: str = "edge_verl/study") -> dict:
@@ -163,6 +178,7 @@ def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     vocab = model.get_output_embeddings().weight.shape[0]
+    grade = _grader(data_source, tokenizer)
     greedy, gold_prob, sampled = [], [], []
     with torch.inference_mode():
         for start in range(0, len(problems), config.batch_size):
@@ -170,7 +186,7 @@ def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config
             prompts = [_prompt_ids(tokenizer, question) for question, _ in batch]
             golds = [tokenizer.encode(ANSWER_FORMAT.format(answer), add_special_tokens=False) + [eos_id] for _, answer in batch]
             for completion, (_, answer) in zip(decode(model, prompts, None, eos_id, pad_id, config.max_new_tokens), batch):
-                greedy.append(_grade(data_source, tokenizer, completion, answer))
+                greedy.append(grade(completion, answer))
             gold_prob.extend(math.exp(value) for value in gold_log_probs(model, tokenizer, prompts, golds))
             noise = torch.cat([
                 gumbel_noise(problem_seed(config.seed, start + offset), config.samples, config.max_new_tokens, vocab, config.temperature)
@@ -180,7 +196,7 @@ def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config
             completions = decode(model, repeated, noise, eos_id, pad_id, config.max_new_tokens)
             for offset, (_, answer) in enumerate(batch):
                 mine = completions[offset * config.samples : (offset + 1) * config.samples]
-                sampled.append(sum(_grade(data_source, tokenizer, c, answer) for c in mine) / config.samples)
+                sampled.append(sum(grade(c, answer) for c in mine) / config.samples)
     return {
         "n": len(problems),
         "config": config.as_dict(),
