@@ -111,13 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     from edge_verl.reproduce.cli import add_reproduce_parser
 
     add_reproduce_parser(commands)
-    _add_study_parser(commands, ALGORITHMS, TRAINERS)
+    _add_study_parser(commands, TRAINERS)
     return parser
 
 
-def _add_study_parser(commands, algorithms, trainers) -> None:
+def _add_study_parser(commands, trainers) -> None:
     from edge_verl.demo.task import TASK_NAMES
-    from edge_verl.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, StudyConfig
+    from edge_verl.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, STUDY_METHODS, StudyConfig
 
     defaults = StudyConfig()
     study = commands.add_parser(
@@ -128,8 +128,9 @@ def _add_study_parser(commands, algorithms, trainers) -> None:
         "A re-run skips finished runs; a folder holding another run is refused before anything runs.",
     )
     study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime, learnable by a rule)")
-    study.add_argument("--methods", nargs="+", choices=(*algorithms, "eda"), default=list(DEFAULT_METHODS), metavar="METHOD",
-                       help=f"methods (edge_verl/methods.py; default {' '.join(DEFAULT_METHODS)})")
+    study.add_argument("--methods", nargs="+", choices=STUDY_METHODS, default=list(DEFAULT_METHODS), metavar="METHOD",
+                       help=f"methods (edge_verl/methods.py, and eda_detached / edge_detached: EDA's detached form; "
+                       f"default {' '.join(DEFAULT_METHODS)})")
     study.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS),
                        help=f"seeds (default {' '.join(map(str, DEFAULT_SEEDS))})")
     study.add_argument("--steps", type=int, default=defaults.steps, help=f"training steps per run (default {defaults.steps})")

@@ -10,8 +10,10 @@ import pytest
 from edge_verl.cli import main
 from edge_verl.demo import task as tasks
 from edge_verl.demo.run import DemoConfig, build_overrides
+from edge_verl.methods import get_method
 from edge_verl.study import report as study_report
 from edge_verl.study.runner import DONE_FILE, IDENTITY_FILE, StudyConfig, StudyError, plan, run_state
+from tests.study_rows import training_row
 
 
 # --- tasks ---------------------------------------------------------------------------------------------------
@@ -141,17 +143,21 @@ def _write_run(config, method, seed, records, seconds=60.0):
     (folder / DONE_FILE).write_text(json.dumps({"seconds": seconds, "commit": "abc", "modified": False}))
 
 
+# The report tests below read verl's validation (evaluation="verl", the published addmod study's form); the
+# exact evaluation's report is tested in tests/test_study_exact_report.py.
+VERL = {"task": "addmod", "evaluation": "verl"}
 HELD = "val-core/edge_verl/demo_addmod/heldout/acc/mean@8"
 SEEN = "val-core/edge_verl/demo_addmod/seen/acc/mean@8"
 
 
-def _records(heldout_end, reward, gec=False):
-    """4 training steps; validation at step 0 and after step 4; rewards per step."""
+def _records(heldout_end, reward, method="grpo"):
+    """Training steps with rewards ``reward`` (every metric ``method``'s columns name: tests/study_rows.py);
+    validation at step 0 and after the last step."""
     rows = [{"step": 0, HELD: 0.05, SEEN: 0.04}]
     for step, value in enumerate(reward, 1):
-        row = {"step": step, "critic/score/mean": value, "actor/entropy": 1.0 + step, "edge_verl/adv/var": 0.5,
-               "edge_verl/adv/all_wrong_group_frac": 0.25 * step, "response_length/mean": 10.0}
-        if gec:
+        row = training_row(method, step, critic__score__mean=value, actor__entropy=1.0 + step,
+                           edge_verl__adv__all_wrong_group_frac=0.25 * step, response_length__mean=10.0)
+        if get_method(method).gec:
             row.update({"critic/score/mean": 0.9, "edge_verl/gec/sampled/score_mean": value, "edge_verl/gec/sampled/entropy": 0.5,
                         "edge_verl/gec/sampled/all_wrong_group_frac": 0.5, "edge_verl/gec/injected_token_frac": 0.3})
         rows.append(row)
@@ -159,12 +165,28 @@ def _records(heldout_end, reward, gec=False):
     return rows
 
 
+def test_a_column_reads_one_named_metric_and_a_run_without_it_stops_the_report(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "edge"), seeds=(1,), steps=2, **VERL)
+    _write_run(config, "grpo", 1, _records(0.1, [0.1, 0.2]))
+    records = _records(0.1, [0.1, 0.2], method="edge")
+    for row in records:  # a GEC run whose as-sampled reward was renamed: never read from the corrected one instead
+        row.pop("edge_verl/gec/sampled/score_mean", None)
+    _write_run(config, "edge", 1, records)
+    with pytest.raises(StudyError, match="edge_seed1 .*reward_sampled: a edge run reads edge_verl/gec/sampled/score_mean"):
+        study_report.summarize(config)
+    columns = {column.key: column for column in study_report.COLUMNS}
+    assert columns["reward_sampled"].metric_for("grpo") == "critic/score/mean"
+    assert columns["adv_var_before"].metric_for("gepo") == "edge_verl/gepo/adv_var_before"
+    assert columns["adv_var_sampled"].metric_for("edge") == "edge_verl/gec/sampled/adv_var"  # GEC's as-sampled beats EDA's own
+    assert columns["injected_token_frac"].metric_for("eda") is None  # not a GEC method: no column
+
+
 def test_the_report_reads_each_number_from_the_runs_metrics_files(tmp_path):
-    config = StudyConfig(out=tmp_path, methods=("grpo", "edge"), seeds=(1, 2, 3), steps=4)
+    config = StudyConfig(out=tmp_path, methods=("grpo", "edge"), seeds=(1, 2, 3), steps=4, **VERL)
     held = {"grpo": (0.10, 0.20, 0.30), "edge": (0.15, 0.20, 0.40)}
     for method in config.methods:
         for seed, value in zip(config.seeds, held[method]):
-            _write_run(config, method, seed, _records(value, [0.1, 0.2, 0.3, 0.5 + seed / 10], gec=method == "edge"))
+            _write_run(config, method, seed, _records(value, [0.1, 0.2, 0.3, 0.5 + seed / 10], method=method))
     report = study_report.write_report(config)
     run = report["runs"]["grpo_seed2"]
     # the window is the last half of 4 steps: steps 3 and 4
@@ -192,13 +214,13 @@ def test_the_report_reads_each_number_from_the_runs_metrics_files(tmp_path):
     assert report["wall_time_s"] == 360.0 and report["run_commits"] == ["abc"] and report["not_finished"] == []
     text = (tmp_path / "report.md").read_text()
     assert "+0.050 [-0.074, +0.174]" in text and "0.200 ± 0.100" in text and "[metrics](runs/grpo_seed1/metrics.jsonl)" in text
-    assert "edge-verl study --steps 4 --methods grpo edge" in text
+    assert "edge-verl study --task addmod --steps 4 --evaluation verl --methods grpo edge" in text
     assert json.loads((tmp_path / "report.json").read_text()) == report
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
 def test_an_unfinished_run_is_listed_and_left_out(tmp_path):
-    config = StudyConfig(out=tmp_path, methods=("grpo", "gepo"), seeds=(1,), steps=2)
+    config = StudyConfig(out=tmp_path, methods=("grpo", "gepo"), seeds=(1,), steps=2, **VERL)
     _write_run(config, "grpo", 1, _records(0.1, [0.1, 0.2]))
     (config.run_folder("gepo", 1)).mkdir(parents=True)
     report = study_report.summarize(config)
@@ -217,14 +239,15 @@ def test_the_regenerating_command_round_trips_through_the_cli(tmp_path, capsys):
 
 
 def test_an_export_keeps_what_recomputes_the_report_and_gives_the_same_numbers(tmp_path, capsys):
-    config = StudyConfig(out=tmp_path / "study", methods=("grpo", "gepo"), seeds=(1, 2), steps=4)
+    config = StudyConfig(out=tmp_path / "study", methods=("grpo", "gepo"), seeds=(1, 2), steps=4, **VERL)
     for method in config.methods:
         for seed in config.seeds:
-            _write_run(config, method, seed, _records(0.1 * seed, [0.1, 0.2, 0.3, 0.4]))
+            _write_run(config, method, seed, _records(0.1 * seed, [0.1, 0.2, 0.3, 0.4], method=method))
     (config.run_folder("grpo", 1) / "verl.log").write_text("big")
     original = study_report.write_report(config)
     published = tmp_path / "docs" / "results"
-    arguments = ["study", "--methods", "grpo", "gepo", "--seeds", "1", "2", "--steps", "4", "--out", str(config.out)]
+    arguments = ["study", "--task", "addmod", "--evaluation", "verl", "--methods", "grpo", "gepo", "--seeds", "1", "2", "--steps", "4",
+                 "--out", str(config.out)]
     assert main([*arguments, "--export", str(published)]) == 0
     exported = json.loads((published / "report.json").read_text())
     assert exported["runs"] == original["runs"] and exported["methods"] == original["methods"]
@@ -235,6 +258,48 @@ def test_an_export_keeps_what_recomputes_the_report_and_gives_the_same_numbers(t
 
 def test_every_method_of_the_default_study_is_a_demo_config_before_anything_runs(tmp_path):
     config = StudyConfig(out=tmp_path)
+    assert config.evaluation == "exact" and config.task == "pair"
     for method in config.methods:  # "eda" is EDA under its method name (the demo's --algorithm says edge_eda)
         demo = config.demo_config(method, 1)
-        assert demo.algorithm == method and demo.validate and demo.advantage_stats
+        assert demo.algorithm == method and demo.advantage_stats and demo.save_final_weights
+        # exact evaluation: verl never validates, and every method of a seed trains from the seed's one model
+        assert not demo.validate and demo.model_dir == config.seed_model_folder(1)
+
+
+def test_a_diverged_run_is_shown_with_its_stability_statistics_at_the_step_it_diverged(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "eda"), seeds=(1,), steps=4, **VERL)
+    steady = _records(0.1, [0.1, 0.2, 0.3, 0.4])
+    for row in steady[1:]:
+        row["actor/entropy"] = 0.2
+    _write_run(config, "grpo", 1, steady)
+    records = _records(0.1, [0.1, 0.2, 0.3, 0.4], method="eda")
+    for row, entropy, grad in zip(records[1:], (0.1, 0.4, 1.6, 2.5), (0.3, 0.5, 9.0, 20.0)):
+        row.update({"actor/entropy": entropy, "actor/grad_norm": grad, "edge_verl/edge_eda/abs_adv_p99": 10 * entropy})
+    _write_run(config, "eda", 1, records)
+    report = study_report.summarize(config)
+    assert report["runs"]["grpo_seed1"]["diverged"] is None
+    found = report["runs"]["eda_seed1"]["diverged"]
+    # step 3 is the first whose sampled entropy (actor/entropy for a non-GEC run) passes 1.0 nats
+    assert found["step"] == 3 and "actor/entropy 1.600 > 1.0" in found["why"]
+    assert found["series"]["grad norm"] == [[1, 0.3], [2, 0.5], [3, 9.0], [4, 20.0]]
+    assert found["series"]["|adv| p99"][2] == [3, 16.0] and "entropy ratio p1" not in found["series"]  # not logged here
+    text = study_report.report_markdown(report)
+    assert "1 of 2 runs" in text and "**eda_seed1** diverged at step 3" in text and "| 3 | 1.6 | 16 |" in text
+    # a non-finite statistic is a divergence too, at its step
+    assert study_report.divergence([{"step": 1, "actor/entropy": 0.1, "actor/pg_loss": float("nan")}], "grpo")["why"] == "not finite: actor/pg_loss"
+
+
+def test_eda_s_detached_form_is_a_study_row_of_its_own(tmp_path):
+    config = StudyConfig(out=tmp_path, methods=("grpo", "eda", "eda_detached", "edge_detached"), seeds=(1,), steps=2)
+    detached = config.demo_config("eda_detached", 1)
+    assert (detached.algorithm, detached.eda_form) == ("eda", "detached")
+    assert (config.demo_config("eda", 1).eda_form, config.demo_config("edge_detached", 1).algorithm) == ("gradient", "edge")
+    paths = {name: tmp_path / name for name in ("model", "train", "val", "val_seen", "val_heldout")}
+    assert "+algorithm.edge_eda.entropy_gradient=False" in build_overrides(detached, paths)
+    assert config.identity("eda_detached", 1)["method"] == "eda_detached" != config.identity("eda", 1)["method"]
+    # its report columns are EDA's (and GEC's for edge_detached)
+    columns = {column.key: column for column in study_report.COLUMNS}
+    assert columns["adv_var_before"].metric_for("eda_detached") == "edge_verl/edge_eda/adv_var_before"
+    assert columns["reward_sampled"].metric_for("edge_detached") == "edge_verl/gec/sampled/score_mean"
+    with pytest.raises(ValueError, match="not an RL method the study can run; allowed: .*eda_detached, edge_detached"):
+        StudyConfig(out=tmp_path, methods=("grpo", "sft"))

@@ -8,11 +8,16 @@ import pytest
 
 from edge_verl.demo.run import DemoConfig, build_overrides, final_weights, save_overrides
 from edge_verl.study import report as study_report
+from edge_verl.methods import get_method
 from edge_verl.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig
+from tests.study_rows import training_row
 
 
 def _evaluation(config, sampled, greedy=0.5, gold=0.2):
-    result = {"n": 10, "config": config.eval_config().as_dict(), "greedy_acc": greedy, "gold_prob": gold, "sampled_acc": sampled}
+    # per problem: half at sampled - 0.01, half at sampled + 0.01 (mean `sampled`, SD 0.01054: SE 0.00333)
+    per_problem = {"sampled": [sampled - 0.01] * 5 + [sampled + 0.01] * 5, "greedy": [greedy] * 10, "gold_prob": [gold] * 10}
+    result = {"n": 10, "config": config.eval_config().as_dict(), "greedy_acc": greedy, "gold_prob": gold, "sampled_acc": sampled,
+              "per_problem": per_problem}
     return {"seen": dict(result, sampled_acc=sampled + 0.01), "heldout": result}
 
 
@@ -27,8 +32,11 @@ def _write_study(tmp_path, final_sampled, reward_late, steps=4):
         folder = config.run_folder(method, seed)
         folder.mkdir(parents=True)
         (folder / IDENTITY_FILE).write_text(json.dumps(config.identity(method, seed)))
-        rows = [{"step": step, "critic/score/mean": 0.05 if step <= steps // 2 else reward_late[method, seed], "actor/entropy": 1.0}
+        rows = [training_row(method, step, critic__score__mean=0.05 if step <= steps // 2 else reward_late[method, seed])
                 for step in range(1, steps + 1)]
+        if get_method(method).gec:  # a GEC run's sampled reward is its own metric
+            for row in rows:
+                row["edge_verl/gec/sampled/score_mean"] = row["critic/score/mean"]
         (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
         (folder / EVAL_FILE).write_text(json.dumps(_evaluation(config, final_sampled[method, seed])))
         (folder / DONE_FILE).write_text(json.dumps({"seconds": 1.0, "commit": "abc", "modified": False}))
@@ -52,6 +60,8 @@ def test_a_learning_baseline_passes_the_gate_and_contrasts_carry_verdicts(tmp_pa
     text = study_report.report_markdown(report)
     assert "**Baseline gate: passed**" in text and "MDD (80% power)" in text and "seed 1 0.060" in text
     assert "every completion capped at 16 tokens" in text
+    # the evaluation's own noise: SD of (x - 0.01, x + 0.01) x 5 each = 0.01 * sqrt(10 / 9) = 0.010541, / sqrt(10) = 0.003333
+    assert report["heldout_sampled_se_max"] == pytest.approx(0.003333, abs=1e-6) and "is at most 0.0033" in text
 
 
 def test_a_baseline_that_did_not_learn_makes_every_verdict_uninformative(tmp_path):

@@ -10,15 +10,17 @@ What a run reports (``COLUMNS``):
   token as verl logs it), advantage variance before shaping (GRPO's
   advantages of the rewards as trained) and after (what the loss saw), response length, GEC's injected
   token share.
-A column lists the metrics that may hold it, the first one a run logged wins (``sources`` in the JSON says
-which): e.g. the sampled reward is ``edge_verl/gec/sampled/score_mean`` in a GEC run, ``critic/score/mean``
-otherwise. Per method: every seed, mean ± sample std, and the paired difference to GRPO over the seeds both
+A column names the one metric it reads for each kind of method (``Column.metric_for``; ``sources`` in the
+JSON says which a run used): e.g. the sampled reward is ``edge_verl/gec/sampled/score_mean`` in a GEC run,
+``critic/score/mean`` otherwise; a run that did not log the metric its column names stops the report
+(a renamed metric can never be replaced silently by another). Per method: every seed, mean ± sample std, and the paired difference to GRPO over the seeds both
 ran with a 95% Student-t interval (``edge_verl.reporting``, shared with ``edge-verl reproduce``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ from edge_verl.reporting import (
     paired_difference,
     plot,
 )
-from edge_verl.study.runner import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, plan, source_commit
+from edge_verl.methods import get_method
+from edge_verl.study.runner import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError, method_of, plan, source_commit
 from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
@@ -46,13 +49,18 @@ FORMAT = 1
 @dataclass(frozen=True)
 class Column:
     """One reported number per run. ``split``: a validation accuracy (``final`` after the last step, else
-    at step 0); otherwise ``metrics``: the candidate metric names, the first a run logged wins, averaged
-    over the run's window."""
+    at step 0); ``exact``: a statistic of the exact evaluation; otherwise a training statistic read from ONE
+    named metric per run (``metric_for``), averaged over the run's window: a run that lacks the metric its
+    column names is an error, never read from another metric."""
 
     key: str
     label: str
     description: str
-    metrics: tuple[str, ...] = ()
+    # The metric every run reads; ``gec``: a GEC method's instead (its as-sampled statistic); ``estimators``:
+    # (estimator, metric) pairs for the estimators that log their own. None: not reported for that method.
+    metric: Optional[str] = None
+    gec: Optional[str] = None
+    estimators: tuple[tuple[str, str], ...] = ()
     split: Optional[str] = None
     final: bool = True
     digits: int = 3
@@ -60,35 +68,52 @@ class Column:
     # on ``split``, of the final weights (``final``) or of the seed's step-0 model.
     exact: Optional[str] = None
 
+    def metric_for(self, method: str) -> Optional[str]:
+        """The one metric this column reads in a run of study row ``method`` (None: the column does not apply)."""
+        found = get_method(method_of(method))
+        if found.gec and self.gec is not None:
+            return self.gec
+        return dict(self.estimators).get(found.estimator, self.metric)
 
+    def reads(self) -> str:
+        """Which metric the column reads, for the report's column list."""
+        parts = [f"`{self.metric}`" if self.metric else "nothing"]
+        parts += [f"{estimator} runs `{metric}`" for estimator, metric in self.estimators]
+        if self.gec:
+            parts.append(f"GEC methods `{self.gec}`")
+        return "; ".join(parts)
+
+
+# The as-sampled statistics of a run: its estimator's own, or GRPO's advantage_stats.
+_BEFORE = (("edge_eda", "edge_verl/edge_eda/adv_var_before"), ("gepo", "edge_verl/gepo/adv_var_before"))
 COLUMNS = (
     Column("heldout_acc", "held-out acc", "accuracy on the held-out problems after the last step", split="heldout"),
     Column("seen_acc", "seen acc", "accuracy on the seen (training) problems after the last step", split="seen"),
     Column("heldout_acc_start", "held-out acc @0", "held-out accuracy before training", split="heldout", final=False),
     Column("seen_acc_start", "seen acc @0", "seen accuracy before training", split="seen", final=False),
     Column("reward_sampled", "reward (sampled)", "training reward of the responses as sampled",
-           ("edge_verl/gec/sampled/score_mean", "critic/score/mean")),
+           "critic/score/mean", gec="edge_verl/gec/sampled/score_mean"),
     Column("reward_trained", "reward (trained)", "training reward of the responses as trained (GEC: corrected)",
-           ("critic/score/mean",)),
+           "critic/score/mean"),
     Column("entropy_sampled", "entropy (sampled)", "old policy's entropy on the tokens it sampled (GEC: first attempts only)",
-           ("edge_verl/gec/sampled/entropy", "actor/entropy")),
-    Column("entropy", "entropy (trained)", "verl's actor/entropy: every trained token (GEC: injected text included)", ("actor/entropy",)),
+           "actor/entropy", gec="edge_verl/gec/sampled/entropy"),
+    Column("entropy", "entropy (trained)", "verl's actor/entropy: every trained token (GEC: injected text included)", "actor/entropy"),
     Column("adv_var_before", "adv var before", "variance of the GRPO advantages before shaping (rewards as trained)",
-           ("edge_verl/edge_eda/adv_var_before", "edge_verl/gepo/adv_var_before", "edge_verl/adv/var")),
+           "edge_verl/adv/var", estimators=_BEFORE),
     Column("adv_var_after", "adv var after", "variance of the advantages as trained (after EDA's / GEPO's shaping)",
-           ("edge_verl/adv/var",)),
+           "edge_verl/adv/var"),
     Column("adv_var_sampled", "adv var (sampled)", "variance of the GRPO advantages of the rewards as sampled",
-           ("edge_verl/gec/sampled/adv_var", "edge_verl/edge_eda/adv_var_before", "edge_verl/gepo/adv_var_before", "edge_verl/adv/var")),
+           "edge_verl/adv/var", gec="edge_verl/gec/sampled/adv_var", estimators=_BEFORE),
     Column("zero_var_groups", "tied groups (sampled)", "fraction of groups whose sampled rewards all tie",
-           ("edge_verl/gec/sampled/zero_variance_group_frac", "edge_verl/adv/zero_variance_group_frac")),
+           "edge_verl/adv/zero_variance_group_frac", gec="edge_verl/gec/sampled/zero_variance_group_frac"),
     Column("all_wrong_groups", "all-wrong groups", "fraction of groups with no correct sampled response",
-           ("edge_verl/gec/sampled/all_wrong_group_frac", "edge_verl/adv/all_wrong_group_frac")),
+           "edge_verl/adv/all_wrong_group_frac", gec="edge_verl/gec/sampled/all_wrong_group_frac"),
     Column("all_right_groups", "all-right groups", "fraction of groups whose sampled responses are all correct",
-           ("edge_verl/gec/sampled/all_right_group_frac", "edge_verl/adv/all_right_group_frac")),
+           "edge_verl/adv/all_right_group_frac", gec="edge_verl/gec/sampled/all_right_group_frac"),
     Column("response_length", "response length", "mean trained response length in tokens (GEC: after correction)",
-           ("response_length/mean",), digits=1),
+           "response_length/mean", digits=1),
     Column("injected_token_frac", "injected tokens", "GEC: fraction of trained tokens that were injected",
-           ("edge_verl/gec/injected_token_frac",)),
+           gec="edge_verl/gec/injected_token_frac"),
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 HEADLINE = ("heldout_acc", "seen_acc")
@@ -129,11 +154,12 @@ def window_of(steps: int) -> tuple[int, int]:
     return steps // 2 + 1, steps
 
 
-def run_values(records: Sequence[dict], task: tasks.Task, steps: int, columns: Sequence[Column] = COLUMNS,
+def run_values(records: Sequence[dict], task: tasks.Task, steps: int, method: str, columns: Sequence[Column] = COLUMNS,
                evaluation: Optional[dict] = None) -> dict:
     """One run's numbers: {values: column -> value, sources: column -> metric read, validation: split ->
-    [(step, accuracy)]}; a column the run does not log is absent. ``evaluation``: {final, start} exact
-    evaluations ({split: result}) for the exact columns; a missing one is an error."""
+    [(step, accuracy)]}; a column that does not apply to ``method`` (``Column.metric_for``) is absent, a
+    column whose metric the run did not log in its window raises ``ValueError``. ``evaluation``: {final,
+    start} exact evaluations ({split: result}) for the exact columns; a missing one is an error too."""
     low, high = window_of(steps)
     trained = [record for record in trained_steps(list(records)) if low <= record["step"] <= high]
     values, sources = {}, {}
@@ -151,12 +177,55 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int, columns: S
             if step in points:
                 values[column.key], sources[column.key] = points[step], f"val-core/{task.validation_source(column.split)}/acc"
             continue
-        for metric in column.metrics:
-            found = [float(record[metric]) for record in trained if record.get(metric) is not None]
-            if found:
-                values[column.key], sources[column.key] = statistics.mean(found), metric
-                break
+        metric = column.metric_for(method)
+        if metric is None:
+            continue
+        found = [float(record[metric]) for record in trained if record.get(metric) is not None]
+        if not found:
+            raise ValueError(f"column {column.key}: a {method} run reads {metric}, which it did not log in steps {low}-{high}")
+        values[column.key], sources[column.key] = statistics.mean(found), metric
     return {"values": values, "sources": sources, "validation": {split: [list(p) for p in points] for split, points in validation.items()}}
+
+
+# A run diverged at the first training step whose sampled entropy passes this many nats per token (the
+# warm-started models sample ~0.1: past 1.0 the answer format is being lost, as in the EDA gradient-form
+# runs that diverged before) or where a statistic it logs is not finite. A diverged run's report shows,
+# step by step, what each method logs of its stability: entropy, |advantage|, EDA's entropy ratio, the
+# gradient norm.
+DIVERGED_ENTROPY = 1.0
+STABILITY = (
+    ("entropy", None),  # the run's sampled-entropy metric (Column entropy_sampled)
+    ("|adv| p99", "edge_verl/edge_eda/abs_adv_p99"),
+    ("adv max", "critic/advantages/max"),
+    ("adv min", "critic/advantages/min"),
+    ("entropy ratio p1", "edge_verl/edge_eda/entropy_ratio_p1"),
+    ("entropy ratio p99", "edge_verl/edge_eda/entropy_ratio_p99"),
+    ("grad norm", "actor/grad_norm"),
+)
+
+
+def divergence(records: Sequence[dict], method: str) -> Optional[dict]:
+    """None, or {step, why, series: label -> [[step, value]]} for a run that diverged (``DIVERGED_ENTROPY``)."""
+    entropy_metric = _BY_KEY["entropy_sampled"].metric_for(method)
+    rows = trained_steps(list(records))
+    found = None
+    for row in rows:
+        bad = sorted(key for key, value in row.items() if isinstance(value, float) and not math.isfinite(value))
+        if bad:
+            found = (row["step"], f"not finite: {', '.join(bad[:3])}")
+        elif row.get(entropy_metric) is not None and float(row[entropy_metric]) > DIVERGED_ENTROPY:
+            found = (row["step"], f"{entropy_metric} {float(row[entropy_metric]):.3f} > {DIVERGED_ENTROPY}")
+        if found:
+            break
+    if found is None:
+        return None
+    series = {}
+    for label, metric in STABILITY:
+        metric = metric or entropy_metric
+        points = [[row["step"], float(row[metric])] for row in rows if row.get(metric) is not None]
+        if points:
+            series[label] = points
+    return {"step": found[0], "why": found[1], "series": series}
 
 
 def finished_records(config: StudyConfig) -> dict[str, list[dict]]:
@@ -188,11 +257,16 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         if config.evaluation == "exact":
             evaluation = {"final": json.loads((folder / EVAL_FILE).read_text()),
                           "start": json.loads((config.seed_model_folder(seed) / EVAL_FILE).read_text())}
-        entry = run_values(records[config.run_name(method, seed)], task, config.steps, columns, evaluation)
+        try:
+            entry = run_values(records[config.run_name(method, seed)], task, config.steps, method, columns, evaluation)
+        except ValueError as error:
+            raise StudyError(f"run {config.run_name(method, seed)} ({folder / 'metrics.jsonl'}): {error}") from error
+        entry["diverged"] = divergence(records[config.run_name(method, seed)], method)
         if config.evaluation == "exact":
             metric = entry["sources"].get("reward_sampled")
             first = [float(r[metric]) for r in trained_steps(records[config.run_name(method, seed)]) if r["step"] == 1 and r.get(metric) is not None]
             entry["reward_first_step"] = first[0] if first else None
+            entry["heldout_sampled_se"] = sampling_se(evaluation["final"]["heldout"]["per_problem"]["sampled"])
         entry.update({
             "method": method,
             "seed": seed,
@@ -236,12 +310,19 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         "baseline": BASELINE if baseline is not None else None,
         "confidence": CONFIDENCE,
         "window": {"from_step": low, "to_step": high},
-        "columns": [{"key": c.key, "label": c.label, "description": c.description, "metrics": list(c.metrics)} for c in columns],
+        "columns": [{"key": c.key, "label": c.label, "description": c.description, "reads": c.reads() if c.split is None else None}
+                    for c in columns],
         "wall_time_s": round(sum(run["seconds"] for run in runs.values()), 1),
         "runs": runs,
         "not_finished": not_finished,
         "methods": methods,
     }
+
+
+def sampling_se(per_problem: Sequence[float]) -> Optional[float]:
+    """The sampling standard error of an evaluation's mean over problems: per-problem SD / sqrt(n) (what
+    re-drawing the per-problem noise would move it by; the same weights and seed always give the same mean)."""
+    return statistics.stdev(per_problem) / math.sqrt(len(per_problem)) if len(per_problem) > 1 else None
 
 
 def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
@@ -264,8 +345,9 @@ def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
         entry["verdict"] = verdict_text(entry, gate)
     for entry in found["further"]:
         entry["verdict"] = verdict_text(entry, gate, p_key="p_holm")
+    errors = [run["heldout_sampled_se"] for run in runs.values() if run.get("heldout_sampled_se") is not None]
     return {"p0": p0, "gate": {**gate.as_dict(), "margin": GATE_MARGIN, "reward_window": [low, high]},
-            "primary_metric": PRIMARY_METRIC, "contrasts": found}
+            "primary_metric": PRIMARY_METRIC, "contrasts": found, "heldout_sampled_se_max": max(errors, default=None)}
 
 
 # --- markdown ------------------------------------------------------------------------------------------------
@@ -339,12 +421,13 @@ def report_markdown(report: dict) -> str:
         lines += markdown_table(["method", *(_BY_KEY[key].label for key in columns)],
                                 [[method, *(difference_text(found["vs_baseline"].get(key), _BY_KEY[key].digits) for key in columns)]
                                  for method, found in compared])
+    lines += _divergence_lines(report)
     lines += ["", "### Per seed", ""]
     per_seed = [[name, *(f"{run['values'][key]:.{_BY_KEY[key].digits}f}" if key in run["values"] else "-" for key in keys),
                  f"[metrics]({run['metrics_file']})"] for name, run in report["runs"].items()]
     lines += markdown_table(["run", *(_BY_KEY[key].label for key in keys), "file"], per_seed)
     lines += ["", "### Columns", ""]
-    lines += [f"- **{c['label']}**: {c['description']}" + (f"; read from the first logged of `{'`, `'.join(c['metrics'])}`" if c["metrics"] else "")
+    lines += [f"- **{c['label']}**: {c['description']}" + (f"; reads {c['reads']}" if c.get("reads") else "")
               for c in report["columns"]]
     if report["not_finished"]:
         lines += ["", "Not finished (left out): " + ", ".join(report["not_finished"]) + "."]
@@ -352,6 +435,26 @@ def report_markdown(report: dict) -> str:
               "thousands of steps, math benchmarks). It tests whether the methods do what they claim to the "
               "training signal here, and reports what it finds."]
     return "\n".join(lines) + "\n"
+
+
+def _divergence_lines(report: dict) -> list[str]:
+    """Which runs diverged, at which step and why, and each one's stability statistics step by step."""
+    diverged = {name: run["diverged"] for name, run in report["runs"].items() if run.get("diverged")}
+    rule = (f"a run diverges at the first step whose sampled entropy exceeds {DIVERGED_ENTROPY:g} nats per token "
+            "or whose statistics are not finite")
+    lines = ["", "### Diverged runs", ""]
+    if not diverged:
+        return lines + [f"None ({rule})."]
+    lines += [f"{len(diverged)} of {len(report['runs'])} runs ({rule}):", ""]
+    for name, found in diverged.items():
+        lines += [f"**{name}** diverged at step {found['step']}: {found['why']}.", ""]
+        labels = list(found["series"])
+        steps = sorted({step for points in found["series"].values() for step, _ in points})
+        values = {label: dict((step, value) for step, value in points) for label, points in found["series"].items()}
+        lines += markdown_table(["step", *labels], [[str(step), *(f"{values[label][step]:.3g}" if step in values[label] else "-"
+                                                               for label in labels)] for step in steps])
+        lines += [""]
+    return lines
 
 
 def _verl_headline(report: dict, low: int, high: int) -> list[str]:
@@ -389,6 +492,9 @@ def _exact_headline(report: dict) -> list[str]:
              f"probability, {evaluation['eval_samples']} samples per problem at T=1 seeded per problem (seed {evaluation['eval_seed']}), "
              f"every completion capped at {evaluation['eval_max_new_tokens']} tokens.", "",
              "p0 (step-0 seen accuracy, sampled) per seed: " + ", ".join(f"seed {seed} {value:.3f}" for seed, value in report["p0"].items()) + ".", "",
+             *([f"Evaluation noise: the sampling SE of a run's held-out sampled accuracy (per-problem SD / √n) is at most "
+                f"{report['heldout_sampled_se_max']:.4f}; two evaluations of one checkpoint are identical.", ""]
+               if report.get("heldout_sampled_se_max") is not None else []),
              f"**Baseline gate: {'passed' if gate['passed'] else 'FAILED'}**: {gate['reason']}."]
     if not gate["passed"]:
         lines += ["", "The baseline did not learn, so the comparison is uninformative: the numbers below are printed, no verdicts."]

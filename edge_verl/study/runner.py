@@ -39,6 +39,10 @@ from edge_verl.study.exact_eval import EvalConfig
 # alone, GEPO, EDGE (EDA + GEC) and GEC's placebo control. The other RL methods run by --methods (e.g. gec,
 # edge_masked, edge_sft_injected; README's study section gives each one's measured time per run).
 DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "edge_placebo")
+# Study rows that are a method of edge_verl/methods.py in EDA's other form: the detached one (no entropy
+# gradient) tells whether a divergence of EDA's gradient form (the reference's, the default) comes from the
+# entropy gradient. Row name -> (method, eda_form).
+EDA_FORM_ROWS = {"eda_detached": ("eda", "detached"), "edge_detached": ("edge", "detached")}
 BASELINE = "grpo"
 DEFAULT_TASK = "pair"
 DEFAULT_SEEDS = (1, 2, 3, 4)
@@ -50,6 +54,14 @@ EVAL_FILE = "exact_eval.json"
 # model once and on each run's final weights: deterministic, one token cap for every method).
 EVALUATIONS = ("verl", "exact")
 FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
+
+
+STUDY_METHODS = (*DEMO_METHODS, *EDA_FORM_ROWS)
+
+
+def method_of(row: str) -> str:
+    """The edge_verl/methods.py method a study row runs (``eda_detached`` -> ``eda``)."""
+    return EDA_FORM_ROWS.get(row, (row, None))[0]
 
 
 class StudyError(RuntimeError):
@@ -95,8 +107,8 @@ class StudyConfig:
         if not self.methods:
             raise ValueError("methods: name at least one method")
         for method in self.methods:
-            if get_method(method).estimator is None or method not in DEMO_METHODS:
-                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(DEMO_METHODS)}")
+            if method not in EDA_FORM_ROWS and (get_method(method).estimator is None or method not in DEMO_METHODS):
+                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(STUDY_METHODS)}")
         for values, name in ((self.methods, "methods"), (self.seeds, "seeds")):
             if len(set(values)) != len(values):
                 raise ValueError(f"{name}={list(values)!r} names one twice")
@@ -140,8 +152,10 @@ class StudyConfig:
 
     def demo_config(self, method: str, seed: int) -> DemoConfig:
         exact = self.evaluation == "exact"
+        algorithm, eda_form = EDA_FORM_ROWS.get(method, (method, "gradient"))
         return DemoConfig(
-            algorithm=method,
+            algorithm=algorithm,
+            eda_form=eda_form,
             task=self.task,
             steps=self.steps,
             trainer=self.trainer,
