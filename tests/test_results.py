@@ -1,7 +1,14 @@
-"""The committed results (docs/results/): every number of a published study's report is what its run files
-give, recomputed here from the copies it links, and the page states the scale it ran at."""
+"""The committed results (docs/results/): the published study is the default one, run at clean commits, and
+every number its page prints is what its run files say -- read here from the files themselves, with plain
+json and arithmetic, not with the study's summarising code -- and the README quotes the page.
+
+A second test regenerates the whole page with the package's report code from the same files (the page is
+what `edge-verl study --export` writes)."""
 
 import json
+import math
+import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -9,27 +16,140 @@ import pytest
 from edge_verl.study.report import report_markdown, summarize
 from edge_verl.study.runner import StudyConfig
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+PAGE = RESULTS / "study_pair"
 STUDIES = sorted(path.parent for path in RESULTS.glob("*/report.json"))
+# Knowledge of the study written out here, independently of edge_verl/study: the methods that correct their
+# responses (their sampled reward is GEC's as-sampled metric, their logged reward the corrected one), the
+# gate's margin, the contrasts named in advance, and Student-t quantiles for n = 4 seeds (df = 3).
+GEC_METHODS = {"edge", "edge_detached", "gec", "edge_masked", "edge_placebo", "edge_sft_injected", "edge_drop_first", "forcer", "forcer_eda"}
+GATE_MARGIN = 0.02
+PRIMARY = [("edge", "grpo"), ("eda", "grpo"), ("gepo", "grpo"), ("edge", "edge_placebo"), ("edge", "edge_masked")]
+T_975 = {3: 3.1824463}
+T_80 = {3: 0.978472}
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def page():
+    report = _json(PAGE / "report.json")
+    study = report["study"]
+    runs = {}
+    for folder in sorted((PAGE / "runs").iterdir()):
+        identity = _json(folder / "study_run.json")
+        runs[folder.name] = {"identity": identity, "done": _json(folder / "done.json"), "rows": _rows(folder / "metrics.jsonl"),
+                             "eval": _json(folder / "exact_eval.json")}
+    start = {seed: _json(PAGE / "models" / f"seed{seed}" / "exact_eval.json") for seed in study["seeds"]}
+    return report, runs, start
 
 
 def test_the_default_study_is_published():
-    assert [path.name for path in STUDIES] == ["study_addmod"]
-    report = json.loads((RESULTS / "study_addmod" / "report.json").read_text())
+    assert [path.name for path in STUDIES] == ["controls_pair", PAGE.name]  # the default study, and its other rows at one seed
+    report = _json(PAGE / "report.json")
     default = StudyConfig()
     study = report["study"]
-    assert (study["task"], tuple(study["methods"]), tuple(study["seeds"]), study["steps"]) == (
-        default.task, default.methods, default.seeds, default.steps), "the page is the default study"
+    assert (study["task"], tuple(study["methods"]), tuple(study["seeds"]), study["steps"], study["evaluation"]) == (
+        default.task, default.methods, default.seeds, default.steps, default.evaluation), "the page is the default study"
     assert report["not_finished"] == [] and len(report["runs"]) == len(default.methods) * len(default.seeds)
     assert all(commit and "modified" not in commit for commit in report["run_commits"]), report["run_commits"]
 
 
+def test_every_run_file_is_the_run_the_page_names(page):
+    report, runs, _ = page
+    study = report["study"]
+    assert sorted(runs) == sorted(f"{method}_seed{seed}" for method in study["methods"] for seed in study["seeds"])
+    for name, run in runs.items():
+        identity = run["identity"]
+        assert f"{identity['method']}_seed{identity['seed']}" == name and identity["steps"] == study["steps"]
+        assert [row["step"] for row in run["rows"] if "critic/score/mean" in row] == list(range(1, study["steps"] + 1))
+        assert run["done"]["modified"] is False and run["done"]["commit"]
+        # one token cap, one evaluation config, for every method
+        assert run["eval"]["heldout"]["config"] == run["eval"]["seen"]["config"] == identity["evaluation"]
+        assert run["eval"]["heldout"]["config"]["max_new_tokens"] == study["eval_max_new_tokens"]
+    assert report["wall_time_s"] == pytest.approx(sum(run["done"]["seconds"] for run in runs.values()), abs=0.05)
+
+
+def _accuracy(evaluation: dict, split: str) -> float:
+    return statistics.fmean(evaluation[split]["per_problem"]["sampled"])
+
+
+def _late_reward(run: dict, steps: int) -> float:
+    metric = "edge_verl/gec/sampled/score_mean" if run["identity"]["method"] in GEC_METHODS else "critic/score/mean"
+    return statistics.fmean(row[metric] for row in run["rows"] if steps // 2 < row["step"] <= steps and metric in row)
+
+
+def test_each_run_s_numbers_are_its_files(page):
+    report, runs, start = page
+    steps = report["study"]["steps"]
+    for name, run in runs.items():
+        values = report["runs"][name]["values"]
+        for split in ("heldout", "seen"):
+            assert values[f"{split}_sampled"] == pytest.approx(_accuracy(run["eval"], split), abs=1e-12)
+            assert values[f"{split}_greedy"] == pytest.approx(statistics.fmean(run["eval"][split]["per_problem"]["greedy"]), abs=1e-12)
+            seed_start = start[run["identity"]["seed"]]
+            assert values[f"{split}_sampled_start"] == pytest.approx(_accuracy(seed_start, split), abs=1e-12)
+        assert values["reward_sampled"] == pytest.approx(_late_reward(run, steps), abs=1e-12)
+        # the held-out split is large enough: the sampling SE of its accuracy is below 0.01
+        sampled = run["eval"]["heldout"]["per_problem"]["sampled"]
+        assert len(sampled) == 3000 and statistics.stdev(sampled) / math.sqrt(len(sampled)) < 0.01
+    assert report["p0"] == pytest.approx({str(seed): _accuracy(found, "seen") for seed, found in start.items()}, abs=1e-12)
+
+
+def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
+    report, runs, start = page
+    steps = report["study"]["steps"]
+    by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
+    seeds = report["study"]["seeds"]
+    learned = all(
+        _accuracy(by["grpo", seed]["eval"], "seen") - _accuracy(start[seed], "seen") >= GATE_MARGIN
+        and _late_reward(by["grpo", seed], steps) - next(
+            row["critic/score/mean"] for row in by["grpo", seed]["rows"] if row["step"] == 1) >= GATE_MARGIN
+        for seed in seeds)
+    assert report["gate"]["passed"] is learned
+    text = (PAGE / "report.md").read_text()
+    found = {(entry["method"], entry["against"]): entry for entry in report["contrasts"]["primary"]}
+    named = [(a, b) for a, b in PRIMARY if (a, seeds[0]) in by and (b, seeds[0]) in by]
+    assert sorted(found) == sorted(named)
+    for a, b in named:
+        differences = [_accuracy(by[a, seed]["eval"], "heldout") - _accuracy(by[b, seed]["eval"], "heldout") for seed in seeds]
+        mean, sd, n = statistics.fmean(differences), statistics.stdev(differences), len(differences)
+        half = T_975[n - 1] * sd / math.sqrt(n)
+        entry = found[a, b]
+        assert entry["mean"] == pytest.approx(mean, abs=1e-12)
+        assert entry["interval"] == pytest.approx([mean - half, mean + half], abs=1e-6)
+        assert entry["mdd"] == pytest.approx((T_975[n - 1] + T_80[n - 1]) * sd / math.sqrt(n), abs=1e-6)
+        assert f"{a} − {b} | {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]" in text
+
+
+def test_the_readme_quotes_the_page(page):
+    """Every contrast the README and the results page quote (`a − b: Δ +0.123 [-0.010, +0.256]`) is the report's."""
+    report, _, _ = page
+    found = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
+    quoted = 0
+    for document in (ROOT / "README.md", RESULTS / "README.md"):
+        for name, mean, low, high in re.findall(r"(\w+ − \w+): Δ ([+-]\d\.\d{3}) \[([+-]\d\.\d{3}), ([+-]\d\.\d{3})\]", document.read_text()):
+            entry = found[name]
+            assert (mean, low, high) == (f"{entry['mean']:+.3f}", f"{entry['interval'][0]:+.3f}", f"{entry['interval'][1]:+.3f}"), name
+            quoted += 1
+    assert quoted >= len(report["contrasts"]["primary"]), "the README and the page quote the named contrasts"
+    for seed, value in report["p0"].items():
+        assert f"seed {seed} {value:.3f}" in (RESULTS / "README.md").read_text()
+
+
 @pytest.mark.parametrize("folder", STUDIES, ids=lambda path: path.name)
-def test_a_published_report_is_what_its_run_files_give(folder):
-    report = json.loads((folder / "report.json").read_text())
+def test_a_published_report_is_what_the_report_code_gives_from_its_files(folder):
+    report = _json(folder / "report.json")
     config = StudyConfig.from_dict(report["study"], out=folder)
     again = summarize(config, published_from=report["published_from"])
-    for key in ("runs", "methods", "window", "wall_time_s", "run_commits", "columns", "task"):
+    for key in ("runs", "methods", "window", "wall_time_s", "run_commits", "columns", "task", "p0", "gate", "contrasts"):
         assert again[key] == report[key], key
     assert report_markdown(again) == (folder / "report.md").read_text()
     for run in report["runs"].values():

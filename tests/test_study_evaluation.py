@@ -19,7 +19,7 @@ from edge_verl.study.exact_eval import EvalConfig, decode, evaluate_problems, go
 
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory):
-    # 70 warm-start steps on pair: a model that is right on some problems and wrong on others (p0 ~5%).
+    # 70 warm-start steps on pair (its misconception warm start, cut short): right on a few problems, wrong on most.
     folder = tmp_path_factory.mktemp("pair_model")
     return build_warm_model(model_recipe(DemoConfig(task="pair", seed=1, warm_start_steps=70, out=folder)), folder)
 
@@ -34,7 +34,7 @@ def _problems(split: str, count: int) -> list[tuple[str, str]]:
 
 def test_pair_answers_follow_the_rule_and_held_out_strings_are_never_trained():
     the_task = tasks.get_task("pair")
-    assert (len(the_task.train_problems), len(the_task.heldout_problems)) == (4000, 1000)
+    assert (len(the_task.train_problems), len(the_task.heldout_problems)) == (4000, 3000)
     for question, answer, solution in the_task.train_problems + the_task.heldout_problems:
         digits = question.split()[1]
         assert len(digits) == 8 and set(digits) == set(answer) and answer == "".join(sorted(set(digits)))
@@ -238,3 +238,61 @@ def test_no_verdict_without_a_learning_baseline():
     assert verdict_text(entry, learned) == "edge above grpo"
     assert verdict_text(entry, failed).startswith("uninformative")
     assert verdict_text({**entry, "p": 0.4}, learned) == "no difference detected (detectable: |Δ| >= 0.030)"
+
+
+# --- the misconception warm start and a stale evaluation ------------------------------------------------------
+
+def test_the_warm_start_teaches_the_task_s_misconception_in_the_wrong_share_of_its_examples():
+    from edge_verl.demo import tiny
+
+    class Recording:  # the real tokenizer, recording every target it is asked to encode
+        def __init__(self, tokenizer):
+            self.tokenizer, self.targets = tokenizer, []
+
+        def __getattr__(self, name):
+            return getattr(self.tokenizer, name)
+
+        def encode(self, text, **kwargs):
+            self.targets.append(text)
+            return self.tokenizer.encode(text, **kwargs)
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer = Recording(tiny.build_tokenizer(folder))
+        model = tiny.build_model(tokenizer.tokenizer, seed=0)
+        problems = tasks.get_task("pair").warm_start_problems()[:50]
+        tiny.warm_start(model, tokenizer, problems, tasks.ANSWER_FORMAT, steps=10, seed=3, correct_fraction=0.25,
+                        wrong_answer=tasks.MISCONCEPTIONS["reversed"])
+    golds = {answer for _, answer in problems}
+    answers = [target[len("\\boxed{"):-1] for target in tokenizer.targets]
+    assert len(answers) == 10 * 32
+    right = sum(answer in golds for answer in answers)
+    # every target is a gold answer or a reversed one ("26" -> "62": larger digit first), about 1 in 4 gold
+    assert all(answer in golds or answer[::-1] in golds for answer in answers)
+    assert 0.15 < right / len(answers) < 0.35
+
+
+def test_a_finished_run_with_a_stale_evaluation_is_evaluated_again_from_its_final_weights(tmp_path):
+    import json
+    import shutil
+
+    from edge_verl.demo.run import final_weights
+    from edge_verl.study.runner import EVAL_FILE, StudyConfig, StudyError, evaluation_is_current, reevaluate
+
+    config = StudyConfig(task="copy", methods=("grpo",), seeds=(1,), steps=2, evaluation="exact", eval_samples=1, out=tmp_path)
+    demo = config.demo_config("grpo", 1)
+    model = build_warm_model(model_recipe(DemoConfig(task="copy", seed=1, warm_start_steps=1, out=tmp_path)), tmp_path / "model")
+    shutil.copytree(model, final_weights(demo))
+    evaluation = config.run_folder("grpo", 1) / EVAL_FILE
+    assert not evaluation_is_current(config, evaluation) and reevaluate(config, "grpo", 1)
+    first = json.loads(evaluation.read_text())
+    assert first["heldout"]["n"] == 10 and evaluation_is_current(config, evaluation)
+    assert not reevaluate(config, "grpo", 1), "a current evaluation is kept"
+    first["heldout"]["problems_sha256"] = "another split"
+    evaluation.write_text(json.dumps(first))
+    assert reevaluate(config, "grpo", 1) and json.loads(evaluation.read_text()) == {**first, "heldout": {
+        **first["heldout"], "problems_sha256": json.loads(evaluation.read_text())["heldout"]["problems_sha256"]}}
+    evaluation.write_text("{}")
+    shutil.rmtree(final_weights(demo))
+    with pytest.raises(StudyError, match="final weights"):
+        reevaluate(config, "grpo", 1)

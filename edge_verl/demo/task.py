@@ -9,7 +9,7 @@
   unrelated facts to this model, with no rule that carries to the held-out pairs: measured, GRPO's sampled
   reward never rose on it.
 - ``pair`` (the study's task): the two digits of a string written with two ("Pair 22266626" -> 26, smaller
-  first), a rule that carries to 1000 held-out strings (4000 train). Its warm start teaches a misconception:
+  first), a rule that carries to 3000 held-out strings (4000 train). Its warm start teaches a misconception:
   the right digits, in the wrong order (larger first) in 84% of its examples, for 300 steps, so the model
   answers with the right digits and mostly the wrong order: p0 6.2-9.4% and 57-69% all-wrong groups at K = 8
   over seeds 1-4 (``edge-verl study --task pair --calibrate``), greedy accuracy ~0, the collapse regime. The
@@ -72,11 +72,12 @@ class Task:
         return f"{self.data_source}/{split}"
 
     def seen_problems(self) -> tuple[Problem, ...]:
-        """The ``seen`` validation split: as many training problems as there are held-out ones (all of them
-        when there are fewer), drawn once with ``SEEN_SEED``, so both splits cost the same to validate."""
-        if len(self.train_problems) <= len(self.heldout_problems):
+        """The ``seen`` validation split: as many training problems as there are held-out ones, at most
+        ``SEEN_MAX`` (all of them when there are fewer), drawn once with ``SEEN_SEED``."""
+        count = min(len(self.heldout_problems), SEEN_MAX)
+        if len(self.train_problems) <= count:
             return self.train_problems
-        return tuple(random.Random(SEEN_SEED).sample(self.train_problems, len(self.heldout_problems)))
+        return tuple(random.Random(SEEN_SEED).sample(self.train_problems, count))
 
     def warm_start_problems(self) -> list[tuple[str, str]]:
         """(question, answer) pairs the warm start may see: the training problems only."""
@@ -92,6 +93,9 @@ MISCONCEPTIONS = {
 }
 VALIDATION_SPLITS = ("seen", "heldout")
 SEEN_SEED = 7
+# The seen split only tells whether training fitted the training problems (the study's baseline gate); the
+# held-out split carries the comparisons and is the larger one where a task has more (pair: 3000 vs 1000).
+SEEN_MAX = 1000
 
 
 def _copy_problem(digit: int, repeat: int) -> Problem:
@@ -127,10 +131,12 @@ def _pair_problem(digits: str) -> Problem:
 
 
 # pair: every 8-digit string written with exactly two distinct digits (45 pairs x 254 strings), shuffled once
-# with this seed; 4000 train and 1000 are held out (disjoint strings; every pair occurs in both).
+# with this seed; 4000 train and 3000 are held out (disjoint strings; every pair occurs in both): 3000 so that the
+# sampling SE of a held-out accuracy, sqrt(p (1 - p) / n) for problems answered all-or-nothing, stays below 0.01
+# (0.0091 at p = 0.5). The first 1000 held-out strings are those of the split's first form (1000).
 PAIR_SPLIT_SEED = 2027
 PAIR_LENGTH = 8
-PAIR_TRAIN, PAIR_HELDOUT = 4000, 1000
+PAIR_TRAIN, PAIR_HELDOUT = 4000, 3000
 
 
 def _pair_strings() -> list[str]:
@@ -158,7 +164,7 @@ TASKS: dict[str, Task] = {
              tuple(_copy_problem(d, 12) for d in range(10)), tuple(_copy_problem(d, 8) for d in range(10))),
         Task("addmod", "last digit of a + b (collapse regime: ~5% accurate after the warm start)", "edge_verl/demo_addmod",
              _ADDMOD_TRAIN, _ADDMOD_HELDOUT),
-        # A rule (the set of digits of the string, smaller first) that carries to the 1000 held-out strings; the
+        # A rule (the set of digits of the string, smaller first) that carries to the 3000 held-out strings; the
         # warm start teaches the digits well and the order mostly wrong (gold in 16% of its examples): p0 6.2-9.4%,
         # 57-69% all-wrong groups at K=8 over seeds 1-4 (measured by edge_verl/study/calibrate.py).
         Task("pair", "the two digits of a two-digit string, smaller first (warm start: mostly the wrong order)",

@@ -22,6 +22,7 @@ of one checkpoint differ (measured SD 0.015 at step 0) and each method's cap was
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -59,6 +60,14 @@ class EvalConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def problems_digest(problems: Sequence[Problem]) -> str:
+    """sha256 of the problem list (questions and answers, in order): an evaluation file says what it scored, so
+    a changed split is re-evaluated instead of reported."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([list(problem) for problem in problems]).encode()).hexdigest()
 
 
 def problem_seed(eval_seed: int, index: int) -> int:
@@ -199,6 +208,7 @@ def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config
                 sampled.append(sum(grade(c, answer) for c in mine) / config.samples)
     return {
         "n": len(problems),
+        "problems_sha256": problems_digest(problems),
         "config": config.as_dict(),
         "greedy_acc": statistics.fmean(greedy),
         "gold_prob": statistics.fmean(gold_prob),

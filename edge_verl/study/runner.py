@@ -11,6 +11,9 @@ model (``models/seed<N>/``, built once, its step-0 evaluation ``exact_eval.json`
 validate; each run saves its final weights and is evaluated offline (``runs/<run>/exact_eval.json``) under one
 token cap, with samples seeded per problem, so two evaluations of one checkpoint are identical.
 
+An evaluation file records its problems' digest and config: a finished run whose file is another split's
+or config's is evaluated again from its final weights, without training again.
+
 Resumable like ``edge-verl reproduce``: a finished run (``done.json``, same identity) is skipped; an
 interrupted one is run again from the start (the runs save no checkpoints; its old metrics are removed
 first). Before anything runs, every run folder is checked: a folder holding another run (another task,
@@ -253,26 +256,53 @@ def _clear_partial(folder: Path) -> None:
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # an interrupted run restarts: never resume its step
 
 
+def evaluation_problems(config: StudyConfig) -> dict[str, list[tuple[str, str]]]:
+    """evaluation="exact": split -> the (question, answer) list every model of the study is scored on."""
+    task = tasks.get_task(config.task)
+    return {split: [(q, a) for q, a, _ in chosen] for split, chosen in (("seen", task.seen_problems()), ("heldout", task.heldout_problems))}
+
+
+def evaluation_is_current(config: StudyConfig, out_file: Path) -> bool:
+    """Whether ``out_file`` holds this study's evaluation: its config and, per split, the same problems."""
+    from edge_verl.study.exact_eval import problems_digest
+
+    recorded = _read_json(out_file)
+    wanted = {split: problems_digest(problems) for split, problems in evaluation_problems(config).items()}
+    return recorded is not None and set(recorded) == set(wanted) and all(
+        recorded[split]["config"] == config.eval_config().as_dict() and recorded[split].get("problems_sha256") == digest
+        for split, digest in wanted.items())
+
+
 def evaluate_model(config: StudyConfig, model_dir: Path, out_file: Path) -> dict:
     """evaluation="exact": ``exact_eval`` of ``model_dir`` on the task's seen and held-out problems, written
     to ``out_file`` as {split: result}."""
     from edge_verl.study.exact_eval import evaluate_problems
 
     task = tasks.get_task(config.task)
-    problems = {"seen": task.seen_problems(), "heldout": task.heldout_problems}
-    result = {split: evaluate_problems(model_dir, [(q, a) for q, a, _ in chosen], config.eval_config(), task.data_source)
-              for split, chosen in problems.items()}
+    result = {split: evaluate_problems(model_dir, problems, config.eval_config(), task.data_source)
+              for split, problems in evaluation_problems(config).items()}
     out_file.write_text(json.dumps(result) + "\n")
     return result
+
+
+def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
+    """evaluation="exact", a finished run: evaluate its final weights again when its evaluation file is not this
+    study's (another split or evaluation config; the training is not redone). Returns whether it did."""
+    folder = config.run_folder(method, seed)
+    if evaluation_is_current(config, folder / EVAL_FILE):
+        return False
+    weights = final_weights(config.demo_config(method, seed))
+    if not weights.is_dir():
+        raise StudyError(f"run {config.run_name(method, seed)}: its evaluation is stale and its final weights ({weights}) are gone")
+    evaluate_model(config, weights, folder / EVAL_FILE)
+    return True
 
 
 def prepare_seed(config: StudyConfig, seed: int) -> Path:
     """evaluation="exact": the seed's warm-started model, built once, and its step-0 evaluation, done once."""
     probe = config.demo_config(config.methods[0], seed)
     folder = build_warm_model(model_recipe(probe), config.seed_model_folder(seed))
-    wanted = config.eval_config().as_dict()
-    recorded = json.loads((folder / EVAL_FILE).read_text()) if (folder / EVAL_FILE).exists() else None
-    if recorded is None or any(split["config"] != wanted for split in recorded.values()):
+    if not evaluation_is_current(config, folder / EVAL_FILE):
         evaluate_model(config, folder, folder / EVAL_FILE)
     return folder
 
@@ -318,6 +348,12 @@ def run_study(config: StudyConfig, stream: Optional[TextIO] = None, dry_run: boo
             stream.write(f"  {config.run_name(method, seed):<28}{state}\n")
         return None
     started = time.time()
+    if config.evaluation == "exact":  # finished runs whose evaluation is stale (a changed split): evaluated again
+        for method, seed, state in states:
+            if state == "done":
+                prepare_seed(config, seed)
+                if reevaluate(config, method, seed):
+                    stream.write(f"  {config.run_name(method, seed)}: evaluated again (its evaluation file was another split's)\n")
     failure = None
     for number, (method, seed) in enumerate(todo, 1):
         stream.write(f"[{number}/{len(todo)}] {config.run_name(method, seed)} ({time.time() - started:.0f} s so far)\n")
