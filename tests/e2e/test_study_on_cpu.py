@@ -46,7 +46,7 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
         final = json.loads((smoke / "runs" / name / "exact_eval.json").read_text())
         start = json.loads((smoke / "models" / "seed1" / "exact_eval.json").read_text())
         for split in ("seen", "heldout"):
-            assert final[split]["n"] == 1000 and final[split]["config"]["max_new_tokens"] == 16  # pair: 1000 held out, 1000 seen
+            assert final[split]["n"] == {"heldout": 3000, "seen": 1000}[split] and final[split]["config"]["max_new_tokens"] == 16
             for stat, short in (("greedy_acc", "greedy"), ("sampled_acc", "sampled"), ("gold_prob", "gold_prob")):
                 assert values[f"{split}_{short}"] == final[split][stat] and values[f"{split}_{short}_start"] == start[split][stat]
         assert (smoke / "runs" / name / "checkpoints" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
