@@ -143,6 +143,42 @@ def paired_difference(
     return PairedDifference(per_seed, mean, spread, len(differences), confidence, (mean - half, mean + half))
 
 
+def seed_summary(values: Sequence[float]) -> dict:
+    """{mean, std (sample; 0 for one seed), n} of one column over seeds."""
+    mean, std, count = mean_std(values)
+    return {"mean": mean, "std": std, "n": count}
+
+
+def columns_over_seeds(per_seed: Mapping[str, Mapping[str, float]], columns: Sequence[str]) -> dict[str, dict]:
+    """column -> ``seed_summary`` over the seeds that have the column (``per_seed``: seed -> column -> value);
+    a column no seed has is left out. The one summary of a row (reproduce) or a method (study) over seeds."""
+    summary = {}
+    for column in columns:
+        values = [scores[column] for scores in per_seed.values() if column in scores]
+        if values:
+            summary[column] = seed_summary(values)
+    return summary
+
+
+def paired_columns(
+    per_seed: Mapping[str, Mapping[str, float]],
+    baseline: Mapping[str, Mapping[str, float]],
+    columns: Sequence[str],
+    confidence: float = 0.95,
+) -> dict[str, dict]:
+    """column -> the paired difference (``PairedDifference.as_dict``) to the baseline's same seeds; a column
+    the two share no seed of is left out. The one contrast to a baseline of reproduce's rows and the study's
+    methods."""
+    differences = {}
+    for column in columns:
+        mine = {seed: scores[column] for seed, scores in per_seed.items() if column in scores}
+        theirs = {seed: scores[column] for seed, scores in baseline.items() if column in scores}
+        difference = paired_difference(mine, theirs, confidence)
+        if difference is not None:
+            differences[column] = difference.as_dict()
+    return differences
+
+
 def paired_p_value(difference: PairedDifference) -> Optional[float]:
     """Two-sided p-value of a paired difference's mean against 0 (Student t, df = n - 1); None below two
     pairs; 0 when every pair differs by the same nonzero amount, 1 when all are 0."""

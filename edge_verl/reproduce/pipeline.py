@@ -21,10 +21,11 @@ Before anything runs, a sweep's grid is validated (GepoConfig), and ``check_runs
 folder and a folder whose finished stage belongs to another run (table, row, backend, model, recipe,
 training file, overrides: ``run_identity``). By default a row without a recipe for the backend (SFT on
 Megatron) is left out, and says so; named with ``--rows``, it is an error.
-Resumable: a stage that finished wrote ``<stage>.done.json`` and is skipped next time (the report when its
-inputs are unchanged); a re-run of an interrupted training stage resumes from its last checkpoint (verl's
-``resume_mode=auto``; the recipes' run identity guarantees it is the same run). A failed stage stops the
-pipeline with the path of its log.
+Resumable by the experiment rule that ``edge-verl study`` follows too (``edge_verl/experiment.py``): a stage
+that finished wrote ``<stage>.done.json`` (with its wall time and the source commit that ran it) and is
+skipped next time (the report when its inputs are unchanged); a re-run of an interrupted training stage
+resumes from its last checkpoint (verl's ``resume_mode=auto``; the recipes' run identity guarantees it is
+the same run) or starts afresh when it saved none. A failed stage stops the pipeline with the path of its log.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
+from edge_verl.experiment import RESUME, changed_keys, finished_record, last_checkpoint, mark_stage, read_stage, resumption
 from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, metric_series, plot, validation_series
 from edge_verl.reproduce.report import summarize, table_markdown, write_sensitivity_plots
 from edge_verl.reproduce.tables import BACKENDS, CURVES, Row, Table
 
-DONE_SUFFIX = ".done.json"
 # Part of the report's skip test: a new report format redoes the report even when no evaluation changed.
 REPORT_FORMAT = 2
 
@@ -246,27 +247,15 @@ def check_runs(settings: Settings, runs: Sequence[Run]) -> None:
         raise RunCollision(f"two runs would train in the same folder: {sorted(map(str, folders))}")
     for run in runs:
         for stage in ("train", "eval"):
-            done = _done(run_folder(settings, run), stage)
+            done = read_stage(run_folder(settings, run), stage)
             recorded = (done or {}).get("identity")
             current = run_identity(settings, run)
             if recorded is not None and recorded != current:
-                keys = dict.fromkeys([*current, *recorded])
-                changed = ", ".join(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in keys if recorded.get(key) != current.get(key))
+                changed = ", ".join(f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in changed_keys(recorded, current))
                 raise RunCollision(
                     f"{run_folder(settings, run)} holds a finished {stage} stage of another run ({changed}); use another "
                     f"--out for this one, or delete {run_folder(settings, run)} and {checkpoint_folder(settings, run)} to redo it"
                 )
-
-
-def _done(folder: Path, stage: str) -> Optional[dict]:
-    marker = folder / f"{stage}{DONE_SUFFIX}"
-    return json.loads(marker.read_text()) if marker.exists() else None
-
-
-def _mark_done(folder: Path, stage: str, record: dict) -> dict:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{stage}{DONE_SUFFIX}").write_text(json.dumps(record, indent=2) + "\n")
-    return record
 
 
 def _logger_with_file(value: Optional[str]) -> str:
@@ -347,7 +336,7 @@ class Pipeline:
     def train(self, run: Run) -> Optional[dict]:
         settings, folder = self.settings, run_folder(self.settings, run)
         stage = f"train {run.name}"
-        done = _done(folder, "train")
+        done = read_stage(folder, "train")
         if done is not None:
             self.log(f"skip  {stage}: step {done['step']} in {done['checkpoint_dir']}")
             return done
@@ -360,7 +349,9 @@ class Pipeline:
             shown = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
             self.log(f"would run {stage}: {shown} {' '.join(command)}  -> {checkpoint_dir}")
             return None
-        self.log(f"run   {stage}: {recipe.name} on {env['MODEL_PATH']} -> {checkpoint_dir} (log {folder / 'train.log'})")
+        how = resumption(checkpoint_dir)  # the experiment rule: from the last checkpoint (verl's resume_mode=auto) or afresh
+        resumed = f", resuming from step {last_checkpoint(checkpoint_dir)}" if how == RESUME else ""
+        self.log(f"run   {stage}: {recipe.name} on {env['MODEL_PATH']} -> {checkpoint_dir}{resumed} (log {folder / 'train.log'})")
         (folder / "metrics").mkdir(parents=True, exist_ok=True)
         (folder / "command.json").write_text(json.dumps({"command": command, "env": env}, indent=2) + "\n")
         started = time.time()
@@ -371,21 +362,22 @@ class Pipeline:
             step, weights = final_checkpoint(checkpoint_dir)
         except FileNotFoundError as error:
             raise StageFailed(stage, folder / "train.log", str(error)) from error
-        record = {
-            "identity": run_identity(settings, run),
-            "recipe": recipe.name,
-            "experiment_name": env["EXPERIMENT_NAME"],
-            "checkpoint_dir": str(checkpoint_dir),
-            "step": step,
-            "hf_weights": str(weights),
-            "seconds": round(time.time() - started, 1),
-        }
-        return _mark_done(folder, "train", record)
+        record = finished_record(
+            time.time() - started,
+            identity=run_identity(settings, run),
+            recipe=recipe.name,
+            experiment_name=env["EXPERIMENT_NAME"],
+            checkpoint_dir=str(checkpoint_dir),
+            step=step,
+            hf_weights=str(weights),
+            resumed=how == RESUME,
+        )
+        return mark_stage(folder, "train", record)
 
     def evaluate(self, run: Run, trained: Optional[dict]) -> None:
         settings, folder = self.settings, run_folder(self.settings, run)
         stage = f"eval {run.name}"
-        if _done(folder, "eval") is not None:
+        if read_stage(folder, "eval") is not None:
             self.log(f"skip  {stage}")
             return
         if run.row.trains:
@@ -398,10 +390,12 @@ class Pipeline:
             self.log(f"would run {stage}: {' '.join(command)}")
             return
         self.log(f"run   {stage}: {model}")
+        started = time.time()
         returncode = _stream_to(folder / "eval.log", command, {}, self.cwd)
         if returncode != 0 or load_eval_table(folder / "eval") is None:
             raise StageFailed(stage, folder / "eval.log", f"evaluation exited with {returncode}")
-        _mark_done(folder, "eval", {"identity": run_identity(settings, run), "model": str(model), "settings": settings.evaluation.arguments()})
+        mark_stage(folder, "eval", finished_record(
+            time.time() - started, identity=run_identity(settings, run), model=str(model), settings=settings.evaluation.arguments()))
 
     def report(self, runs: list[Run]) -> Optional[dict]:
         settings = self.settings
@@ -412,7 +406,7 @@ class Pipeline:
             json.dumps([REPORT_FORMAT, settings.table.key, [run.name for run in runs]]).encode()
             + b"".join(path.read_bytes() for path in inputs if path.exists())
         ).hexdigest()
-        previous = _done(settings.out, "report")
+        previous = read_stage(settings.out, "report")
         if previous is not None and previous.get("inputs") == digest and (settings.out / "table.json").exists():
             self.log(f"skip  report: {settings.out / 'table.md'}")
             return json.loads((settings.out / "table.json").read_text())
@@ -435,7 +429,7 @@ class Pipeline:
         plot(curves, settings.out / "curves.png", CURVES)
         written = [path.name for path in write_sensitivity_plots(table, settings.out)]
         self.log(f"wrote report: {settings.out / 'table.md'}, table.json, {', '.join(['curves.png', *written])}")
-        _mark_done(settings.out, "report", {"inputs": digest})
+        mark_stage(settings.out, "report", {"inputs": digest})
         return table
 
     def run(self) -> Optional[dict]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from edge_verl.reporting import best_and_last, difference_text, markdown_table, mean_std, paired_difference, plot_sensitivity
+from edge_verl.reporting import best_and_last, columns_over_seeds, difference_text, markdown_table, paired_columns, plot_sensitivity, seed_summary
 from edge_verl.reproduce.tables import BENCHMARK_COLUMNS, Row, Table
 
 SWEEP_COLUMN = "Avg"  # a sensitivity point's score: held-out Avg pass@1 (%) of the final checkpoint
@@ -26,33 +26,9 @@ CONFIDENCE = 0.95
 OPTIMISTIC = "best step on validation — optimistic"
 
 
-def _stats(values: Sequence[float]) -> dict:
-    mean, std, count = mean_std(values)
-    return {"mean": mean, "std": std, "n": count}
-
-
 def row_columns(per_seed: Mapping[str, Mapping[str, float]], columns: Sequence[str], paper: Mapping[str, float]) -> dict:
     """column -> {mean, std (sample; 0 for one seed), n, paper} over the seeds that have the column."""
-    summary = {}
-    for column in columns:
-        values = [scores[column] for scores in per_seed.values() if column in scores]
-        if values:
-            summary[column] = {**_stats(values), "paper": paper.get(column)}
-    return summary
-
-
-def paired_columns(
-    per_seed: Mapping[str, Mapping[str, float]], baseline: Mapping[str, Mapping[str, float]], columns: Sequence[str]
-) -> dict:
-    """column -> the paired difference (``PairedDifference.as_dict``) to the baseline's same seeds."""
-    differences = {}
-    for column in columns:
-        mine = {seed: scores[column] for seed, scores in per_seed.items() if column in scores}
-        theirs = {seed: scores[column] for seed, scores in baseline.items() if column in scores}
-        difference = paired_difference(mine, theirs, CONFIDENCE)
-        if difference is not None:
-            differences[column] = difference.as_dict()
-    return differences
+    return {column: {**stats, "paper": paper.get(column)} for column, stats in columns_over_seeds(per_seed, columns).items()}
 
 
 def validation_summary(series_by_seed: Mapping[str, Sequence[tuple[int, float]]]) -> Optional[dict]:
@@ -68,8 +44,8 @@ def validation_summary(series_by_seed: Mapping[str, Sequence[tuple[int, float]]]
     return {
         "label": OPTIMISTIC,
         "per_seed": per_seed,
-        "best": _stats([entry["best"] for entry in per_seed.values()]),
-        "last": _stats([entry["last"] for entry in per_seed.values()]),
+        "best": seed_summary([entry["best"] for entry in per_seed.values()]),
+        "last": seed_summary([entry["last"] for entry in per_seed.values()]),
     }
 
 
@@ -87,7 +63,7 @@ def sweep_summary(table: Table, rows: Sequence[dict]) -> dict:
             scores = {seed: by_seed[SWEEP_COLUMN] for seed, by_seed in row["per_seed"].items() if SWEEP_COLUMN in by_seed}
             entry = {"value": value, "row": key, "per_seed": scores, "paper_point": key == table.sweep.centre_row}
             if scores:
-                entry.update(_stats(list(scores.values())))
+                entry.update(seed_summary(list(scores.values())))
             entry["vs_paper"] = row["vs_baseline"].get(SWEEP_COLUMN)
             entries.append(entry)
         if entries:
@@ -122,7 +98,7 @@ def summarize(
             "per_seed": dict(per_seed),
             "columns": row_columns(per_seed, columns, row.paper),
             "baseline": baseline.key if baseline is not None else None,
-            "vs_baseline": paired_columns(per_seed, evaluated.get(baseline.key, {}), columns) if baseline is not None else {},
+            "vs_baseline": paired_columns(per_seed, evaluated.get(baseline.key, {}), columns, CONFIDENCE) if baseline is not None else {},
             "validation": validation_summary(validation.get(row.key, {})) if row.trains else None,
         })
     result = {

@@ -29,17 +29,10 @@ from typing import Optional, Sequence
 
 from edge_verl.demo import task as tasks
 from edge_verl.demo.run import trained_steps
-from edge_verl.reporting import (
-    VALIDATION_KEY,
-    difference_text,
-    load_metrics,
-    markdown_table,
-    mean_std,
-    paired_difference,
-    plot,
-)
+from edge_verl.experiment import source_commit
 from edge_verl.methods import get_method
-from edge_verl.study.runner import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError, method_of, plan, source_commit
+from edge_verl.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
+from edge_verl.study.config import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError, method_of, plan
 from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
@@ -278,24 +271,12 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     methods = {}
     for method in config.methods:
         per_seed = {str(run["seed"]): run["values"] for run in runs.values() if run["method"] == method}
-        summary = {}
-        for key in column_keys:
-            values = [scores[key] for scores in per_seed.values() if key in scores]
-            if values:
-                mean, std, count = mean_std(values)
-                summary[key] = {"mean": mean, "std": std, "n": count}
-        methods[method] = {"per_seed": per_seed, "summary": summary, "vs_baseline": {}}
+        methods[method] = {"per_seed": per_seed, "summary": columns_over_seeds(per_seed, column_keys), "vs_baseline": {}}
     baseline = methods.get(BASELINE)
     if baseline is not None:
         for method, found in methods.items():
-            if method == BASELINE:
-                continue
-            for key in column_keys:
-                mine = {seed: scores[key] for seed, scores in found["per_seed"].items() if key in scores}
-                theirs = {seed: scores[key] for seed, scores in baseline["per_seed"].items() if key in scores}
-                difference = paired_difference(mine, theirs, CONFIDENCE)
-                if difference is not None:
-                    found["vs_baseline"][key] = difference.as_dict()
+            if method != BASELINE:
+                found["vs_baseline"] = paired_columns(found["per_seed"], baseline["per_seed"], column_keys, CONFIDENCE)
     low, high = window_of(config.steps)
     extra = {} if config.evaluation != "exact" else exact_verdicts(config, runs, methods)
     return {

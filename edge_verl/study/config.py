@@ -1,0 +1,206 @@
+"""What a study is: its options (``StudyConfig``), each run's identity and folder, and the check of every run
+folder before anything runs (``plan``), by the run-folder protocol of ``edge_verl/experiment.py`` shared with
+``edge-verl reproduce``. Read by the runner (``runner.py``) and the report (``report.py``), which do not
+import each other's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from edge_verl.demo import task as tasks
+from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig
+from edge_verl.experiment import changed_keys, read_record
+from edge_verl.methods import get_method
+from edge_verl.study.exact_eval import EvalConfig
+
+# The default study: the methods of the primary contrasts (edge_verl/study/verdict.py): the baseline, EDA
+# alone, GEPO, EDGE (EDA + GEC) and GEC's placebo control. The other RL methods run by --methods (e.g. gec,
+# edge_masked, edge_sft_injected; README's study section gives each one's measured time per run).
+DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "edge_placebo")
+# Study rows that are a method of edge_verl/methods.py in EDA's other form: the detached one (no entropy
+# gradient) tells whether a divergence of EDA's gradient form (the reference's, the default) comes from the
+# entropy gradient. Row name -> (method, eda_form).
+EDA_FORM_ROWS = {"eda_detached": ("eda", "detached"), "edge_detached": ("edge", "detached")}
+BASELINE = "grpo"
+DEFAULT_TASK = "pair"
+DEFAULT_SEEDS = (1, 2, 3, 4)
+IDENTITY_FILE = "study_run.json"
+DONE_FILE = "done.json"
+EVAL_FILE = "exact_eval.json"
+# How a study measures accuracy: "verl" (verl's validation during the run, val-core/*: unseeded, each
+# method under its own response cap) or "exact" (edge_verl/study/exact_eval.py on the seed's warm-started
+# model once and on each run's final weights: deterministic, one token cap for every method).
+EVALUATIONS = ("verl", "exact")
+FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
+
+
+STUDY_METHODS = (*DEMO_METHODS, *EDA_FORM_ROWS)
+
+
+def method_of(row: str) -> str:
+    """The edge_verl/methods.py method a study row runs (``eda_detached`` -> ``eda``)."""
+    return EDA_FORM_ROWS.get(row, (row, None))[0]
+
+
+class StudyError(RuntimeError):
+    """A study that cannot start (bad options, a folder holding another run) or a run that failed."""
+
+
+@dataclass
+class StudyConfig:
+    """Options of ``edge-verl study`` (validated in ``__post_init__``; the scale fields are the demo's).
+
+    The default scale (5 methods x 4 seeds x 12 steps on pair, the exact evaluation) was chosen to finish in
+    under an hour on 2 idle cores with GRPO past the baseline gate in every seed; README's study section
+    states the measured time. ``test_freq`` None (evaluation="verl"): validate only before training and at
+    the end.
+    """
+
+    task: str = DEFAULT_TASK
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    steps: int = 12
+    test_freq: Optional[int] = None
+    val_samples: int = 8
+    val_temperature: float = 1.0
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
+    trainer: str = "v1"
+    out: Path = Path("runs/study")
+    extra_overrides: tuple[str, ...] = ()
+    # evaluation="exact": the step-0 model (shared by a seed's methods) and every final model are scored
+    # offline on every seen and held-out problem: greedy, gold-answer probability and ``eval_samples``
+    # samples at T=1 seeded per problem by ``eval_seed``, all capped at ``eval_max_new_tokens``.
+    evaluation: str = "exact"
+    eval_samples: int = 4
+    eval_seed: int = 0
+    eval_max_new_tokens: int = 16
+    # Filled in: the scale fields of DemoConfig that the study does not change (lr, warm start), recorded
+    # in every identity so that a changed default is a changed run.
+    demo_defaults: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        tasks.get_task(self.task)
+        self.methods, self.seeds = tuple(self.methods), tuple(self.seeds)
+        if not self.methods:
+            raise ValueError("methods: name at least one method")
+        for method in self.methods:
+            if method not in EDA_FORM_ROWS and (get_method(method).estimator is None or method not in DEMO_METHODS):
+                raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(STUDY_METHODS)}")
+        for values, name in ((self.methods, "methods"), (self.seeds, "seeds")):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name}={list(values)!r} names one twice")
+        if not self.seeds or any(isinstance(seed, bool) or not isinstance(seed, int) or seed < 0 for seed in self.seeds):
+            raise ValueError(f"seeds={list(self.seeds)!r}: one or more integers >= 0")
+        if self.trainer not in TRAINERS:
+            raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
+        if self.evaluation not in EVALUATIONS:
+            raise ValueError(f"evaluation={self.evaluation!r}; allowed: {', '.join(EVALUATIONS)}")
+        self.eval_config()  # validates the evaluation's options
+        self.out = Path(self.out)
+        self.extra_overrides = tuple(self.extra_overrides)
+        probe = self.demo_config(self.methods[0], self.seeds[0])  # validates the scale the demo's way
+        for method in self.methods[1:]:  # and every method as the demo will take it, before any run starts
+            self.demo_config(method, self.seeds[0])
+        self.demo_defaults = {"lr": probe.lr, "lr_warmup_steps": probe.lr_warmup_steps, "warm_start_steps": probe.warm_start_steps,
+                              "warm_start_correct_fraction": probe.warm_start_correct_fraction}
+
+    @classmethod
+    def from_dict(cls, data: dict, out: Optional[Path] = None) -> "StudyConfig":
+        """The config ``as_dict`` recorded (a report's ``study``), optionally moved to another folder."""
+        fields = {key: value for key, value in data.items() if key != "demo_defaults"}
+        fields.update(methods=tuple(fields["methods"]), seeds=tuple(fields["seeds"]), extra_overrides=tuple(fields["extra_overrides"]))
+        config = cls(**{**fields, "out": Path(out if out is not None else fields["out"])})
+        if data.get("demo_defaults", config.demo_defaults) != config.demo_defaults:
+            raise StudyError(f"the study ran with {data['demo_defaults']}, this package's demo defaults are {config.demo_defaults}")
+        return config
+
+    def run_name(self, method: str, seed: int) -> str:
+        return f"{method}_seed{seed}"
+
+    def run_folder(self, method: str, seed: int) -> Path:
+        return self.out / "runs" / self.run_name(method, seed)
+
+    def eval_config(self) -> EvalConfig:
+        return EvalConfig(max_new_tokens=self.eval_max_new_tokens, samples=self.eval_samples, temperature=1.0, seed=self.eval_seed)
+
+    def seed_model_folder(self, seed: int) -> Path:
+        """evaluation="exact": the warm-started model every method of ``seed`` trains from."""
+        return self.out / "models" / f"seed{seed}"
+
+    def demo_config(self, method: str, seed: int) -> DemoConfig:
+        exact = self.evaluation == "exact"
+        algorithm, eda_form = EDA_FORM_ROWS.get(method, (method, "gradient"))
+        return DemoConfig(
+            algorithm=algorithm,
+            eda_form=eda_form,
+            task=self.task,
+            steps=self.steps,
+            trainer=self.trainer,
+            seed=seed,
+            out=self.run_folder(method, seed),
+            prompts_per_step=self.prompts_per_step,
+            responses_per_prompt=self.responses_per_prompt,
+            advantage_stats=True,
+            validate=not exact,
+            model_dir=self.seed_model_folder(seed) if exact else None,
+            save_final_weights=exact,
+            test_freq=self.steps if self.test_freq is None else self.test_freq,
+            val_samples=self.val_samples,
+            val_temperature=self.val_temperature,
+            extra_overrides=list(self.extra_overrides),
+        )
+
+    def identity(self, method: str, seed: int) -> dict:
+        """Everything that makes run (method, seed) what it is."""
+        return {
+            "format": FORMAT,
+            "task": self.task,
+            "method": method,
+            "seed": seed,
+            "steps": self.steps,
+            "trainer": self.trainer,
+            "test_freq": self.test_freq,
+            "val_samples": self.val_samples,
+            "val_temperature": self.val_temperature,
+            "prompts_per_step": self.prompts_per_step,
+            "responses_per_prompt": self.responses_per_prompt,
+            "extra_overrides": list(self.extra_overrides),
+            **self.demo_defaults,
+            **({"evaluation": self.eval_config().as_dict()} if self.evaluation == "exact" else {}),
+        }
+
+    def runs(self) -> list[tuple[str, int]]:
+        """(method, seed) in run order: seed by seed, so an interrupted study has whole seeds to compare."""
+        return [(method, seed) for seed in self.seeds for method in self.methods]
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data.update(out=str(self.out), methods=list(self.methods), seeds=list(self.seeds), extra_overrides=list(self.extra_overrides))
+        return data
+
+
+def run_state(config: StudyConfig, method: str, seed: int) -> str:
+    """``done`` (finished, this identity), ``partial`` (this identity, not finished) or ``new`` (empty);
+    raises ``StudyError`` when the folder holds another run."""
+    folder = config.run_folder(method, seed)
+    recorded = read_record(folder / IDENTITY_FILE)
+    if recorded is None:
+        if folder.exists() and any(folder.iterdir()):
+            raise StudyError(f"{folder} holds files but no {IDENTITY_FILE}: not a study run; move it or pick another --out")
+        return "new"
+    wanted = config.identity(method, seed)
+    if recorded != wanted:
+        detail = ", ".join(f"{key}: {recorded.get(key)!r} there, {wanted.get(key)!r} now" for key in changed_keys(recorded, wanted))
+        raise StudyError(
+            f"{folder} holds another run ({detail}); a study's runs share one scale: use another --out, or delete the folder to redo it"
+        )
+    return "done" if (folder / DONE_FILE).exists() else "partial"
+
+
+def plan(config: StudyConfig) -> list[tuple[str, int, str]]:
+    """(method, seed, state) of every run, every folder checked before anything runs."""
+    return [(method, seed, run_state(config, method, seed)) for method, seed in config.runs()]
