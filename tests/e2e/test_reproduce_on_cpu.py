@@ -1,8 +1,17 @@
 """``edge-verl reproduce`` end to end on CPU: a scaled-down EDGE-GRPO Table 2 (base + GRPO + EDGE rows,
 one seed: the pipeline's folders, checkpoints, weights and skips; mean ± std and the paired interval over
 seeds are tested on hand-computed tables in tests/test_reproduce.py and tests/test_paired_difference.py,
-which keeps CI under its budget) through the unchanged FSDP recipes with the tiny model, then the evaluation slice, the table,
-the curves; a second invocation skips everything; run identity keeps training sets apart.
+which keeps CI under its budget) through the unchanged FSDP recipes with the tiny model, validated by verl
+before training and after the last step (the table's optimistic section reads verl's real ``val-core``
+keys), then the evaluation slice, the table, the curves; a second invocation skips everything; run identity
+keeps training sets apart.
+
+The EDGE row is also the FSDP EDGE recipe's own CPU run (EDA's gradient form and GEC's budget, every
+metric of both, verl's FSDP engine with megatron-core installed and untouched); the GEPO recipe runs as
+its DRY_RUN prints it in tests/e2e/test_recipes_on_cpu.py. A sensitivity sweep is this pipeline with one
+Hydra override appended per grid point: the override reaching GEPO's config is tested in
+tests/integration/test_sensitivity_compose_on_cpu.py, its table and plots on hand-made runs in
+tests/test_sensitivity.py (its own e2e run, two more recipe runs, was folded into this one for CI's budget).
 
 The training set is the demo's copy task (the tiny model cannot learn real math in two steps), given to
 the pipeline the way a user gives their own file (``--train-file hard_1k=...``); evaluation runs a slice of
@@ -20,7 +29,7 @@ import pytest
 from edge_verl.demo import task
 from edge_verl.demo.run import DemoConfig, prepare_inputs
 from edge_verl.integration.names import GEC_AGENT_LOOP
-from tests.e2e.recipe_runs import python_environment, reproduce_command, tiny_reproduce_knobs
+from tests.e2e.recipe_runs import ENGINE_LINE, python_environment, reproduce_command, tiny_reproduce_knobs
 from tests.recipe_dry_run import parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +45,7 @@ def reproduced(tmp_path_factory):
     inputs = prepare_inputs(DemoConfig(algorithm="grpo", out=root / "demo"))
     train = task.write_parquet(task.make_rows(256, seed=3, split="train"), root / "copy" / "copy_train.parquet")
     task.write_parquet(task.make_rows(256, seed=3, split="train", agent_name=GEC_AGENT_LOOP), root / "copy" / "copy_train_gec.parquet")
-    knobs = tiny_reproduce_knobs(inputs)
+    knobs = tiny_reproduce_knobs(inputs, VAL_BEFORE_TRAIN="True", TEST_FREQ="2")  # verl validates at steps 0 and 2
     arguments = ["--seeds", *SEEDS, "--rows", *ROWS, "--out", root / "out", "--train-file", f"hard_1k={train}"]
     command = reproduce_command("edge_hard_1k", arguments, knobs, inputs, EVAL_LIMIT, EVAL_TOKENS)
     first = subprocess.run(command, cwd=root, env=python_environment(), capture_output=True, text=True, timeout=2400)
@@ -70,11 +79,43 @@ def test_training_logged_the_papers_curves_for_every_method(reproduced):
 
     for row in ROWS[1:]:
         records = load_metrics(reproduced["out"] / "runs" / f"{row}_seed1")
-        assert [record["step"] for record in records] == [1, 2]
+        assert [record["step"] for record in records] == [0, 1, 2]  # step 0: verl's validation before training
+        records = records[1:]
         assert all("actor/entropy" in record and "edge_verl/adv/var" in record for record in records)
-    edge = load_metrics(reproduced["out"] / "runs" / "edge_1.5b_seed1")
+    edge = load_metrics(reproduced["out"] / "runs" / "edge_1.5b_seed1")[1:]  # the training steps
     assert all("edge_verl/gec/responses" in record for record in edge), "EDGE rows ran GEC"
     assert (reproduced["out"] / "curves.png").stat().st_size > 10_000
+
+
+# The EDGE recipe's metrics: GEC's, EDA's gradient share and quantiles, per-origin and as-sampled diagnostics.
+EDGE_RECIPE_METRICS = (
+    "edge_verl/gec/responses", "actor/edge_eda/entropy_grad_share", "edge_verl/edge_eda/abs_adv_p99",
+    "actor/gec/sampled/token_share", "actor/gec/phrase/token_share", "edge_verl/gec/sampled/adv_var",
+)
+
+
+def test_the_edge_recipe_trained_with_fsdp_and_logged_every_metric_of_its_method(reproduced):
+    from edge_verl.reporting import load_metrics
+
+    edge = load_metrics(reproduced["out"] / "runs" / "edge_1.5b_seed1")
+    for metric in EDGE_RECIPE_METRICS:
+        assert any(metric in record for record in edge), metric
+    # verl's FSDP engine trained (actor and reference share one), with megatron-core installed and untouched
+    log = (reproduced["out"] / "runs" / "edge_1.5b_seed1" / "train.log").read_text()
+    engines = [line.split(ENGINE_LINE, 1)[1] for line in log.splitlines() if ENGINE_LINE in line]
+    assert engines and all(engine.startswith("fsdp ") for engine in engines), engines
+
+
+def test_the_optimistic_section_reads_verls_validation_before_and_after_training(reproduced):
+    table = json.loads((reproduced["out"] / "table.json").read_text())
+    for row in table["rows"]:
+        if row["key"] == "base_1.5b":
+            assert row["validation"] is None  # a base model is evaluated, never trained or validated
+            continue
+        per_seed = row["validation"]["per_seed"]
+        assert list(per_seed) == list(SEEDS) and [entry["last_step"] for entry in per_seed.values()] == [2]
+        assert all(0 <= entry["best"] <= 100 and entry["best_step"] in (0, 2) for entry in per_seed.values())
+    assert "### Best step on validation — optimistic (not the headline)" in (reproduced["out"] / "table.md").read_text()
 
 
 def test_evaluation_used_the_trained_weights(reproduced):
