@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from edge_verl.run_identity import CHECKPOINT_MARKER  # verl's file of the latest checkpoint's step
+
 RESUME, RESTART = "resume", "restart"
 DONE_SUFFIX = ".done.json"
 
@@ -81,9 +82,14 @@ def mark_stage(folder: Path, stage: str, record: Mapping) -> dict:
     return write_record(stage_file(folder, stage), record, indent=2)
 
 
+def now() -> str:
+    """The local time as records write it (ISO 8601 with the UTC offset)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 def finished_record(seconds: float, **fields) -> dict:
     """The record of a finished stage: ``fields``, its wall seconds, when it finished, and the source commit."""
-    return {**fields, "seconds": round(float(seconds), 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **source_commit()}
+    return {**fields, "seconds": round(float(seconds), 1), "finished": now(), **source_commit()}
 
 
 def last_checkpoint(checkpoint_dir: Path) -> Optional[int]:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
-from edge_verl.experiment import RESUME, changed_keys, finished_record, last_checkpoint, mark_stage, read_stage, resumption
+from edge_verl.experiment import changed_keys, finished_record, last_checkpoint, mark_stage, read_stage
 from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, metric_series, plot, validation_series
 from edge_verl.reproduce.report import summarize, table_markdown, write_sensitivity_plots
 from edge_verl.reproduce.tables import BACKENDS, CURVES, Row, Table
@@ -296,10 +296,10 @@ def final_checkpoint(checkpoint_dir: Path) -> tuple[int, Path]:
     """(step, HF weights folder) of a run's latest checkpoint."""
     from edge_verl.evaluation import resolve_model_dir
 
-    latest = checkpoint_dir / "latest_checkpointed_iteration.txt"
-    if not latest.exists():
+    step = last_checkpoint(checkpoint_dir)
+    if step is None:
         raise FileNotFoundError(f"no checkpoint in {checkpoint_dir} (the recipe must save: SAVE_FREQ > 0 saves the last step)")
-    return int(latest.read_text().strip()), Path(resolve_model_dir(checkpoint_dir))
+    return step, Path(resolve_model_dir(checkpoint_dir))
 
 
 class Pipeline:
@@ -349,8 +349,8 @@ class Pipeline:
             shown = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
             self.log(f"would run {stage}: {shown} {' '.join(command)}  -> {checkpoint_dir}")
             return None
-        how = resumption(checkpoint_dir)  # the experiment rule: from the last checkpoint (verl's resume_mode=auto) or afresh
-        resumed = f", resuming from step {last_checkpoint(checkpoint_dir)}" if how == RESUME else ""
+        resumed_from = last_checkpoint(checkpoint_dir)  # the experiment rule: from there (verl's resume_mode=auto) or afresh
+        resumed = f", resuming from step {resumed_from}" if resumed_from is not None else ""
         self.log(f"run   {stage}: {recipe.name} on {env['MODEL_PATH']} -> {checkpoint_dir}{resumed} (log {folder / 'train.log'})")
         (folder / "metrics").mkdir(parents=True, exist_ok=True)
         (folder / "command.json").write_text(json.dumps({"command": command, "env": env}, indent=2) + "\n")
@@ -370,7 +370,7 @@ class Pipeline:
             checkpoint_dir=str(checkpoint_dir),
             step=step,
             hf_weights=str(weights),
-            resumed=how == RESUME,
+            resumed=resumed_from is not None,
         )
         return mark_stage(folder, "train", record)
 

@@ -37,7 +37,7 @@ from typing import Optional, TextIO
 
 from edge_verl.demo import task as tasks
 from edge_verl.demo.run import DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
-from edge_verl.experiment import RESUME, RESTART, finished_record, mark_stage, read_record, read_stage, resumption, stage_file, write_record
+from edge_verl.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
 from edge_verl.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)
     BASELINE,
     DEFAULT_METHODS,
@@ -58,6 +58,7 @@ from edge_verl.study.config import (  # noqa: F401  (re-exported: the study's na
 from edge_verl.study.report import write_report
 
 TRAIN_STAGE = "train"
+
 
 def _clear_partial(folder: Path) -> None:
     for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE, EVAL_FILE, stage_file(folder, TRAIN_STAGE).name):
@@ -143,7 +144,6 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict
     folder = config.run_folder(method, seed)
     folder.mkdir(parents=True, exist_ok=True)
     write_record(folder / IDENTITY_FILE, config.identity(method, seed), indent=1)
-    (folder / DONE_FILE).unlink(missing_ok=True)
     if config.evaluation == "exact":
         prepare_seed(config, seed)
     trained = read_stage(folder, TRAIN_STAGE)
@@ -156,7 +156,8 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict
         if not weights.is_dir():
             raise StudyError(f"run {config.run_name(method, seed)} saved no final weights at {weights}")
         evaluate_model(config, weights, folder / EVAL_FILE)
-    done = {**finished_record(trained["seconds"]), "commit": trained.get("commit"), "modified": trained.get("modified")}
+    # the training's time and the commit that trained it (what the report states); finished: after the evaluation
+    done = {"seconds": trained["seconds"], "finished": now(), "commit": trained.get("commit"), "modified": trained.get("modified")}
     return write_record(folder / DONE_FILE, done)
 
 
