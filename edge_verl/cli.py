@@ -173,7 +173,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     if fractions is not None and any(not 0 < value <= 1 for value in fractions):
         print(f"edge-verl study: --warm-correct-fraction {fractions}: each must be in (0, 1]", file=sys.stderr)
         return 2
-    for found in calibrate(args.task, args.seeds, steps, args.out / "calibration", fractions):
+    try:
+        measured = calibrate(args.task, args.seeds, steps, args.out / "calibration", fractions)
+    except ValueError as error:  # e.g. a gold share for a mixture, whose parts have their own
+        print(f"edge-verl study: {error}", file=sys.stderr)
+        return 2
+    for found in measured:
         print(found.line(), flush=True)
     return 0
 

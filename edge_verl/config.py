@@ -287,13 +287,21 @@ class MetricsConfig:
         plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two
         values under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``)
         at no extra cost; the recipes switch it on.
+    per_source: log every step's training statistics split by the responses' ``data_source`` (the tasks of
+        a mixture, GEPO's setting), ``edge_verl/by_source/<data_source>/<stat>``: sampled reward and
+        accuracy, all-wrong / all-right / tied group fractions, response length, the sampled tokens' entropy
+        estimate (mean -log pi_old) and, under GEPO, each source's mean group entropy and attenuated
+        fractions (``edge_verl.algorithms.group_stats.per_source_statistics``). Off by default (one more
+        read of the batch per step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture.
     """
 
     advantage_stats: bool = False
+    per_source: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.advantage_stats, bool):
-            raise ValueError(f"edge_metrics.advantage_stats={self.advantage_stats!r} must be true or false")
+        for name in ("advantage_stats", "per_source"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"edge_metrics.{name}={getattr(self, name)!r} must be true or false")
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "MetricsConfig":

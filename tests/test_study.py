@@ -32,7 +32,10 @@ def test_every_task_holds_out_problems_never_trained_or_warm_started_on(name):
     held = tasks.validation_rows(task, "heldout")
     assert {row["prompt"][0]["content"] for row in seen} <= train
     assert {row["prompt"][0]["content"] for row in held} == heldout
-    assert {row["data_source"] for row in seen} == {task.validation_source("seen")} != {task.validation_source("heldout")}
+    parts = tasks.parts(task)  # a mixture validates each part under its own sources
+    assert {row["data_source"] for row in seen} == {part.validation_source("seen") for part in parts}
+    assert {row["data_source"] for row in held} == {part.validation_source("heldout") for part in parts}
+    assert {row["data_source"] for row in rows} == {part.data_source for part in parts}
     assert not any("agent_name" in row for row in seen + held), "validation is never corrected"
     for row in rows + seen + held:  # every row carries what GEC and the reward read
         info = row["extra_info"]
@@ -56,6 +59,65 @@ def test_the_copy_task_writes_the_rows_the_demo_always_wrote():
     assert [row["prompt"][0]["content"] for row in rows] == [f"Copy {str(d) * 12}" for d in digits]
     assert [row["extra_info"]["solution"] for row in rows] == [f"The digit to copy is {d}. \\boxed{{{d}}}" for d in digits]
     assert tasks.get_task("copy").seen_problems() == tasks.get_task("copy").train_problems  # 10 <= 10: all of them
+
+
+def test_max_shares_pair_s_split_and_answers_the_larger_digit():
+    pair, larger = tasks.get_task("pair"), tasks.get_task("max")
+    for mine, theirs in ((larger.train_problems, pair.train_problems), (larger.heldout_problems, pair.heldout_problems)):
+        # the same strings, in the same order: a string held out of one part is held out of the other
+        assert [q.split()[-1] for q, _, _ in mine] == [q.split()[-1] for q, _, _ in theirs]
+    for question, answer, solution in larger.train_problems[:200]:
+        assert answer == max(question.split()[-1]) and solution.endswith("\\boxed{%s}" % answer)
+    # its misconception is the other digit of the string: "Max 22266626" -> 2
+    assert tasks.MISCONCEPTIONS["other_digit"]("Max 22266626", "6") == "2"
+    assert tasks.MISCONCEPTIONS["reversed"]("Pair 22266626", "26") == "62"
+
+
+def test_the_mixture_draws_each_part_under_its_own_source_in_proportion_to_its_problems():
+    mix = tasks.get_task("mix")
+    assert isinstance(mix, tasks.Mixture) and [part.name for part in tasks.parts(mix)] == ["pair", "max"]
+    assert len(mix.train_problems) == 8000 and len(mix.heldout_problems) == 6000 and len(mix.seen_problems()) == 2000
+    rows = tasks.training_rows(mix, 4000, seed=1)
+    share = sum(row["data_source"] == "edge_verl/demo_pair" for row in rows) / len(rows)
+    assert abs(share - 0.5) < 0.03  # 4000 pair and 4000 max problems: 1/2 each, binomial SD 0.008
+    for row in rows:  # a row's source is its problem's part
+        word = row["prompt"][0]["content"].split()[0]
+        assert row["data_source"] == {"Pair": "edge_verl/demo_pair", "Max": "edge_verl/demo_max"}[word]
+    ranges = tasks.part_ranges(mix, "heldout")
+    assert [(part.name, start, stop) for part, start, stop in ranges] == [("pair", 0, 3000), ("max", 3000, 6000)]
+    assert mix.heldout_problems[3000:] == tasks.get_task("max").heldout_problems
+    with pytest.raises(ValueError, match="validates each part under its own data source"):
+        mix.validation_source("seen")
+    with pytest.raises(ValueError, match="two or more distinct parts"):
+        tasks.Mixture("m", "", "x", ("pair",), warm_start_steps=1)
+    with pytest.raises(ValueError, match="one share in"):
+        tasks.Mixture("m", "", "x", ("pair", "max"), warm_start_steps=1, part_gold=(0.5,))
+
+
+def test_the_warm_start_draws_what_it_drew_before_mixtures_and_each_part_its_own_gold_share():
+    # The warm start before mixtures, for one task: rng.choices(problems, k) then, per example, gold with
+    # probability correct_fraction, else the misconception (pair: reversed).
+    pair = tasks.get_task("pair")
+    problems = pair.warm_start_problems()
+    rng = random.Random(11)
+    before = []
+    for _ in range(3):
+        for question, answer in rng.choices(problems, k=32):
+            before.append((question, answer if rng.random() < 0.16 else answer[::-1]))
+    draw, rng = tasks.warm_start_draw(pair), random.Random(11)
+    assert [example for _ in range(3) for example in draw(rng, 32)] == before
+    # the mixture: each part's examples gold in its share (MIX_PART_GOLD); every wrong one is the part's misconception
+    draw, rng = tasks.warm_start_draw(tasks.get_task("mix")), random.Random(0)
+    examples = draw(rng, 20000)
+    for word, gold, share in (("Pair", lambda q: "".join(sorted(set(q.split()[-1]))), tasks.MIX_PART_GOLD[0]), ("Max", lambda q: max(q.split()[-1]), tasks.MIX_PART_GOLD[1])):
+        mine = [(q, a) for q, a in examples if q.startswith(word)]
+        right = sum(a == gold(q) for q, a in mine) / len(mine)
+        assert abs(right - share) < 0.02, (word, right)
+    assert all(a in (max(q.split()[-1]), min(q.split()[-1])) for q, a in examples if q.startswith("Max"))
+    with pytest.raises(ValueError, match="each part's gold share"):
+        tasks.warm_start_draw(tasks.get_task("mix"), correct_fraction=0.5)
+    with pytest.raises(ValueError, match="is a mixture"):
+        DemoConfig(task="mix", warm_start_correct_fraction=0.3)
 
 
 def test_unknown_tasks_and_overlapping_splits_are_refused():

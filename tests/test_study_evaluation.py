@@ -260,10 +260,9 @@ def test_the_warm_start_teaches_the_task_s_misconception_in_the_wrong_share_of_i
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = Recording(tiny.build_tokenizer(folder))
         model = tiny.build_model(tokenizer.tokenizer, seed=0)
-        problems = tasks.get_task("pair").warm_start_problems()[:50]
-        tiny.warm_start(model, tokenizer, problems, tasks.ANSWER_FORMAT, steps=10, seed=3, correct_fraction=0.25,
-                        wrong_answer=tasks.MISCONCEPTIONS["reversed"])
-    golds = {answer for _, answer in problems}
+        tiny.warm_start(model, tokenizer, tasks.warm_start_draw(tasks.get_task("pair"), correct_fraction=0.25), tasks.ANSWER_FORMAT,
+                        steps=10, seed=3)
+    golds = {answer for _, answer in tasks.get_task("pair").warm_start_problems()}
     answers = [target[len("\\boxed{"):-1] for target in tokenizer.targets]
     assert len(answers) == 10 * 32
     right = sum(answer in golds for answer in answers)

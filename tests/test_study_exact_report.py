@@ -9,7 +9,7 @@ import pytest
 from edge_verl.demo.run import DemoConfig, build_overrides, final_weights, save_overrides
 from edge_verl.study import report as study_report
 from edge_verl.methods import get_method
-from edge_verl.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig
+from edge_verl.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError
 from tests.study_rows import training_row
 
 
@@ -96,3 +96,97 @@ def test_every_method_is_evaluated_under_one_cap_and_trained_from_the_seeds_mode
         StudyConfig(evaluation="exact", eval_max_new_tokens=0, out=tmp_path)
     with pytest.raises(ValueError, match="save_freq"):
         DemoConfig(steps=5, save_freq=2, save_final_weights=True)
+
+
+# --- a mixture: each task's slice of the evaluation and its per-source training statistics ---------------------
+
+PARTS = {"pair": ("edge_verl/demo_pair", 3000, 1000), "max": ("edge_verl/demo_max", 3000, 1000)}  # source, held-out, seen
+
+
+def _mixture_evaluation(config, pair_heldout, max_heldout, seen_gain=0.0):
+    # held-out: pair's 3000 problems first (each `pair_heldout`), then max's 3000 (each `max_heldout`); seen: 0.1 / 0.6 + gain
+    heldout = [pair_heldout] * 3000 + [max_heldout] * 3000
+    seen = [0.1 + seen_gain] * 1000 + [0.6 + seen_gain] * 1000
+
+    def result(values):
+        mean = sum(values) / len(values)
+        return {"n": len(values), "config": config.eval_config().as_dict(), "greedy_acc": mean, "gold_prob": mean, "sampled_acc": mean,
+                "per_problem": {"sampled": values, "greedy": values, "gold_prob": values}}
+
+    return {"heldout": result(heldout), "seen": result(seen)}
+
+
+def _write_mixture_study(tmp_path, pair_final, max_final):
+    config = StudyConfig(task="mix", methods=("grpo", "gepo"), seeds=(1, 2, 3), steps=2, evaluation="exact", out=tmp_path)
+    for seed in config.seeds:
+        folder = config.seed_model_folder(seed)
+        folder.mkdir(parents=True)
+        (folder / EVAL_FILE).write_text(json.dumps(_mixture_evaluation(config, 0.05, 0.5)))
+    for method, seed in config.runs():
+        folder = config.run_folder(method, seed)
+        folder.mkdir(parents=True)
+        (folder / IDENTITY_FILE).write_text(json.dumps(config.identity(method, seed)))
+        rows = []
+        for step in (1, 2):  # the window is step 2: per-source rewards 0.2 (pair) and 0.7 (max) there, 0.0 at step 1
+            row = training_row(method, step, critic__score__mean=0.05 * step)  # the batch reward rises: the gate can pass
+            for part, (source, _, _) in PARTS.items():
+                row[f"edge_verl/by_source/{source}/score_mean"] = 0.0 if step == 1 else {"pair": 0.2, "max": 0.7}[part]
+                for stat in ("all_wrong_group_frac", "sampled_entropy", "response_length"):
+                    row[f"edge_verl/by_source/{source}/{stat}"] = 0.3
+                if method == "gepo":
+                    for stat in ("group_entropy_mean", "pos_attenuated_frac", "neg_attenuated_frac"):
+                        row[f"edge_verl/by_source/{source}/{stat}"] = 0.4
+            rows.append(row)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        evaluation = _mixture_evaluation(config, pair_final[method, seed], max_final[method, seed], seen_gain=0.2)
+        (folder / EVAL_FILE).write_text(json.dumps(evaluation))
+        (folder / DONE_FILE).write_text(json.dumps({"seconds": 1.0, "commit": "abc", "modified": False}))
+    return config
+
+
+def test_a_mixture_report_splits_the_evaluation_and_the_training_statistics_by_task(tmp_path):
+    # pair: gepo = grpo - 0.05, - 0.06, - 0.07 (mean -0.06, sd 0.01); max: gepo = grpo (differences all 0)
+    grpo_pair, grpo_max = {1: 0.3, 2: 0.35, 3: 0.4}, {1: 0.6, 2: 0.62, 3: 0.64}
+    pair_final = {**{("grpo", s): v for s, v in grpo_pair.items()}, **{("gepo", s): v - 0.04 - 0.01 * s for s, v in grpo_pair.items()}}
+    max_final = {**{("grpo", s): v for s, v in grpo_max.items()}, **{("gepo", s): v for s, v in grpo_max.items()}}
+    config = _write_mixture_study(tmp_path, pair_final, max_final)
+    report = study_report.summarize(config)
+    run = report["runs"]["gepo_seed2"]["by_part"]
+    # the slices: gepo seed 2 is 0.35 - 0.06 = 0.29 on pair's 3000, 0.62 on max's; whole held-out (0.29 + 0.62) / 2
+    assert run["pair"]["heldout_sampled"] == pytest.approx(0.29) and run["max"]["heldout_sampled"] == pytest.approx(0.62)
+    assert report["runs"]["gepo_seed2"]["values"]["heldout_sampled"] == pytest.approx(0.455)
+    assert (run["pair"]["seen_sampled_start"], run["max"]["seen_sampled_start"]) == pytest.approx((0.1, 0.6))
+    assert (run["pair"]["reward"], run["max"]["reward"]) == (0.2, 0.7)  # step 2's per-source rewards, not step 1's
+    assert run["pair"]["group_entropy"] == 0.4 and "group_entropy" not in report["runs"]["grpo_seed2"]["by_part"]["pair"]
+    pair = {entry["method"]: entry for entry in report["parts"]["pair"]["contrasts"]}
+    assert pair["gepo"]["mean"] == pytest.approx(-0.06) and pair["gepo"]["std"] == pytest.approx(0.01)
+    maximum = {entry["method"]: entry for entry in report["parts"]["max"]["contrasts"]}
+    assert maximum["gepo"]["mean"] == pytest.approx(0.0, abs=1e-12)
+    # Holm over the two contrasts: pair's p (t = -0.06 / (0.01 / sqrt 3) = -10.4, df 2: p = 0.0091) doubled; max's p is 1
+    assert pair["gepo"]["p_holm"] == pytest.approx(2 * pair["gepo"]["p"]) and maximum["gepo"]["p_holm"] == 1.0
+    # grpo's seen accuracy 0.35 -> 0.55 and batch reward 0.05 -> 0.10: the gate passes, pair's difference is a verdict
+    assert report["gate"]["passed"] and pair["gepo"]["verdict"] == "gepo below grpo"
+    assert maximum["gepo"]["verdict"].startswith("no difference detected")
+    text = study_report.report_markdown(report)
+    assert "### Per task of the mixture" in text and "**pair** (`edge_verl/demo_pair`)" in text and "gepo − grpo" in text
+
+
+def test_a_mixture_run_without_per_source_metrics_is_an_error(tmp_path):
+    final = {(m, s): 0.3 for m in ("grpo", "gepo") for s in (1, 2, 3)}
+    config = _write_mixture_study(tmp_path, final, final)
+    folder = config.run_folder("gepo", 3)
+    rows = [{key: value for key, value in json.loads(line).items() if "demo_max" not in key}
+            for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(StudyError, match="part max: the run did not log edge_verl/by_source/edge_verl/demo_max/score_mean"):
+        study_report.summarize(config)
+
+
+def test_a_mixture_study_evaluates_exactly_and_its_runs_log_per_source_statistics(tmp_path):
+    with pytest.raises(ValueError, match="is a mixture"):
+        StudyConfig(task="mix", evaluation="verl", out=tmp_path)
+    config = StudyConfig(task="mix", methods=("grpo",), seeds=(1,), out=tmp_path)
+    overrides = build_overrides(config.demo_config("grpo", 1), {"train": "t", "val": "v", "model": "m", "val_seen": "s", "val_heldout": "h"})
+    assert "+algorithm.edge_metrics.per_source=True" in overrides
+    pair = StudyConfig(task="pair", methods=("grpo",), seeds=(1,), out=tmp_path)
+    assert not any("per_source" in o for o in build_overrides(pair.demo_config("grpo", 1), {"train": "t", "val": "v", "model": "m"}))

@@ -12,7 +12,7 @@ groups, so cost is O(B*T) and runs on whatever device the tensors are on.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -265,3 +265,61 @@ def as_sampled_statistics(
         "adv_var_uncorrected": kept["var"],
         **outcome_statistics(sampled_scores, group_index, num_groups, valid),
     }
+
+
+def per_source_statistics(
+    sources: Sequence,
+    scores: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    gepo: Optional[Mapping[str, torch.Tensor]] = None,
+) -> dict[str, dict[str, float]]:
+    """Every training statistic of one step split by the responses' data source (a task of a mixture):
+    {source: {stat: value}} over the valid responses of that source (a source with none is left out).
+
+    score_mean, correct_frac, all_wrong_group_frac, all_right_group_frac: ``outcome_statistics``;
+    zero_variance_group_frac: groups (>= 2 valid responses) whose scores all tie; response_length: mean
+    number of response tokens; sampled_entropy: the token-pooled mean of -log pi_old over the sampled tokens
+    (``old_log_probs``; left out when None), GEPO's Monte-Carlo entropy estimate (its Eq. 4) over the
+    source's responses; responses: how many.
+    ``gepo`` (per-response, from GEPO's step): ``group_entropy`` (each response's group entropy, used once
+    per group), ``outcome`` (the advantage before shaping), ``positive_attenuated``, ``negative_attenuated``
+    -> group_entropy_mean (over the source's groups), pos_attenuated_frac / neg_attenuated_frac (attenuated
+    among the source's positive / negative advantages), as GEPO's step metrics define them for the batch.
+    A group's responses share one source (verl repeats a prompt's row, its data source included).
+    """
+    names = [str(value) for value in (sources.tolist() if hasattr(sources, "tolist") else sources)]
+    if len(names) != scores.shape[0]:
+        raise ValueError(f"per_source_statistics: {len(names)} sources for {scores.shape[0]} responses")
+    labels, codes = np.unique(np.array(names, dtype=str), return_inverse=True)
+    codes = torch.as_tensor(codes.reshape(-1), device=valid.device)
+    mask = response_mask.to(torch.float32)
+    lengths = mask.sum(dim=-1)
+    nll = None if old_log_probs is None else -(old_log_probs.to(torch.float32) * mask).sum(dim=-1)
+    valid = valid.to(torch.bool) & (lengths > 0)
+    found: dict[str, dict[str, float]] = {}
+    for code, source in enumerate(labels.tolist()):
+        rows = valid & (codes == code)
+        count = int(rows.sum())
+        if not count:
+            continue
+        stats = outcome_statistics(scores, group_index, num_groups, rows)
+        _, std, group_count = group_mean_std(scores.to(torch.float32), group_index, num_groups, rows)
+        stats["zero_variance_group_frac"] = float(tied_group_fraction(std, group_count))
+        stats["response_length"] = float(lengths[rows].mean())
+        stats["responses"] = float(count)
+        if nll is not None:
+            stats["sampled_entropy"] = float(nll[rows].sum() / lengths[rows].sum())
+        if gepo is not None:
+            groups = torch.unique(group_index[rows])
+            first = torch.zeros(num_groups, dtype=torch.float32, device=group_index.device)
+            first.index_put_((group_index[rows],), gepo["group_entropy"][rows].to(torch.float32))  # one value per group
+            outcome = gepo["outcome"][rows]
+            stats["group_entropy_mean"] = float(first[groups].mean())
+            stats["pos_attenuated_frac"] = float(gepo["positive_attenuated"][rows].sum() / max(1, int((outcome > 0).sum())))
+            stats["neg_attenuated_frac"] = float(gepo["negative_attenuated"][rows].sum() / max(1, int((outcome < 0).sum())))
+        found[source] = stats
+    return found

@@ -51,7 +51,8 @@ class DemoConfig:
 
     algorithm: str = "grpo"
     steps: int = 20
-    # The task (edge_verl/demo/task.py): "copy" (the demo's) or "addmod" (the collapse regime).
+    # The task (edge_verl/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
+    # mixture "mix" (pair and max in one batch, each under its own data source).
     task: str = task.DEFAULT_TASK
     trainer: str = "v1"
     # EDA's form for edge_eda and edge: "gradient" (the reference's, as the EDGE recipes) or "detached".
@@ -71,7 +72,8 @@ class DemoConfig:
     # and GRPO did not move it)).
     warm_start_steps: int | None = None
     # The warm start's share of gold answers (the rest: the task's misconception or a random digit); None: the
-    # task's (Task.warm_start_correct_fraction; 1.0 for copy and addmod, 0.12 for pair).
+    # task's (Task.warm_start_correct_fraction; 1.0 for copy and addmod, 0.16 for pair); a mixture takes each
+    # part's and accepts only None.
     warm_start_correct_fraction: float | None = None
     save_freq: int = -1
     resume: bool = False
@@ -85,6 +87,9 @@ class DemoConfig:
     # Log every estimator's advantage statistics, verl's GRPO included (+algorithm.edge_metrics.advantage_stats,
     # as the recipes do): ``edge-verl demo`` and the study turn it on; off, a GRPO run is a plain verl run.
     advantage_stats: bool = False
+    # Log every training statistic per data source as well (+algorithm.edge_metrics.per_source: a mixture's
+    # tasks, ``edge_verl/by_source/<data_source>/*``); the study turns it on for a mixture.
+    per_source_stats: bool = False
     # Validation during training, uncorrected, on the task's training problems ("seen") and its held-out
     # problems ("heldout"), two data sources: before training, every ``test_freq`` steps and at the end, with
     # ``val_samples`` samples per problem at ``val_temperature``. Off (the demo's default): never validates.
@@ -123,9 +128,13 @@ class DemoConfig:
             raise ValueError(f"val_temperature={self.val_temperature!r} must be >= 0")
         if self.warm_start_steps is None:
             self.warm_start_steps = task.get_task(self.task).warm_start_steps
+        mixture = isinstance(task.get_task(self.task), task.Mixture)
         if self.warm_start_correct_fraction is None:
             self.warm_start_correct_fraction = task.get_task(self.task).warm_start_correct_fraction
-        if isinstance(self.warm_start_correct_fraction, bool) or not 0 < self.warm_start_correct_fraction <= 1:
+        if mixture and self.warm_start_correct_fraction is not None:
+            raise ValueError(f"task {self.task} is a mixture: its warm start takes each part's gold share; "
+                             "warm_start_correct_fraction must be None")
+        if not mixture and (isinstance(self.warm_start_correct_fraction, bool) or not 0 < self.warm_start_correct_fraction <= 1):
             raise ValueError(f"warm_start_correct_fraction={self.warm_start_correct_fraction!r} must be in (0, 1]")
         if isinstance(self.warm_start_steps, bool) or not isinstance(self.warm_start_steps, int) or self.warm_start_steps < 0:
             raise ValueError(f"warm_start_steps={self.warm_start_steps!r} must be an integer >= 0")
@@ -138,16 +147,20 @@ class DemoConfig:
 def model_recipe(config: DemoConfig) -> dict:
     """What the tiny model in ``out/model`` is built from: a model folder built from another recipe (another
     task, seed, size or warm start) is rebuilt, never reused."""
-    return {
+    the_task = task.get_task(config.task)
+    recipe = {
         "built_by": "edge_verl.demo.tiny",
         "task": config.task,
         "seed": config.seed,
         "warm_start_steps": config.warm_start_steps,
         "warm_start_correct_fraction": config.warm_start_correct_fraction,
-        "misconception": task.get_task(config.task).misconception,
+        "misconception": the_task.misconception,
         "vocab_multiple": config.vocab_multiple,
         "attention_heads": config.attention_heads,
     }
+    if isinstance(the_task, task.Mixture):  # each part's gold share and misconception make the model too
+        recipe["parts"] = {part.name: [the_task.gold_of(number), part.misconception] for number, part in enumerate(the_task.parts)}
+    return recipe
 
 
 def build_warm_model(recipe: dict, model_dir: Path) -> Path:
@@ -164,17 +177,8 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
     model = tiny.build_model(
         tokenizer, seed=recipe["seed"], vocab_multiple=recipe["vocab_multiple"], attention_heads=recipe["attention_heads"]
     )
-    misconception = recipe["misconception"]
-    tiny.warm_start(
-        model,
-        tokenizer,
-        task.get_task(recipe["task"]).warm_start_problems(),
-        task.ANSWER_FORMAT,
-        steps=recipe["warm_start_steps"],
-        seed=recipe["seed"],
-        correct_fraction=recipe["warm_start_correct_fraction"],
-        wrong_answer=None if misconception is None else task.MISCONCEPTIONS[misconception],
-    )
+    draw = task.warm_start_draw(task.get_task(recipe["task"]), recipe["warm_start_correct_fraction"])
+    tiny.warm_start(model, tokenizer, draw, task.ANSWER_FORMAT, steps=recipe["warm_start_steps"], seed=recipe["seed"])
     tiny.save(model, tokenizer, model_dir, record=recipe)
     return model_dir
 
@@ -250,6 +254,7 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"trainer.use_v1={config.trainer == 'v1'}",
         f"trainer.total_training_steps={config.steps}",
         *(["+algorithm.edge_metrics.advantage_stats=True"] if config.advantage_stats else []),
+        *(["+algorithm.edge_metrics.per_source=True"] if config.per_source_stats else []),
         *save_overrides(config),
         f"trainer.resume_mode={'auto' if config.resume else 'disable'}",
         f"trainer.default_local_dir={config.out / 'checkpoints'}",

@@ -18,6 +18,14 @@
   short warm start (75 steps), its samples were a quarter malformed and GRPO's sampled reward stayed flat in
   20 steps: measured, seed 1.)
 
+- ``max`` (a mixture's easier part): the larger digit of the same strings ("Max 22266626" -> 6), held out
+  the same way as pair (the same 3000 strings). Its warm start teaches the smaller digit in part of its
+  examples (misconception ``other_digit``), so the model starts uncertain between the two digits, a
+  higher-entropy regime than pair's confidently wrong order.
+- ``mix`` (a ``Mixture``, GEPO's setting): pair and max in one batch, each problem under its own part's
+  data source, so verl validates each part separately and the plugin's per-source statistics
+  (``+algorithm.edge_metrics.per_source=True``) split every training statistic by part.
+
 Every task has TRAINING problems (the warm start and the RL training sets draw from these only) and
 HELD-OUT problems, never used by either: the two validation sets, ``<data source>/seen`` (a fixed sample
 of the training problems, as many as are held out) and ``<data source>/heldout``, are separate data
@@ -84,12 +92,127 @@ class Task:
         return [(question, answer) for question, answer, _ in self.train_problems]
 
 
+@dataclass(frozen=True)
+class Mixture:
+    """Tasks trained in one batch (GEPO's setting: prompts from tasks in different entropy regimes), each
+    problem under its PART's data source: training rows are drawn uniformly from the union of the parts'
+    training problems (so each part's share is its share of them), validation holds every part's seen and
+    held-out sets under the part's own sources, and the warm start draws from the union too, teaching each
+    part's problems with that part's gold share and misconception for ``warm_start_steps`` steps in all."""
+
+    name: str
+    description: str
+    data_source: str
+    part_names: tuple[str, ...]
+    warm_start_steps: int
+    # Each part's gold share in the mixture's warm start (None: the part's own warm_start_correct_fraction):
+    # sharing the warm start with another task moves a part's starting accuracy, so the mixture sets it.
+    part_gold: tuple[float, ...] | None = None
+    # per part (part_gold, Task.misconception): the mixture has none of its own
+    warm_start_correct_fraction = None
+    misconception = None
+
+    def __post_init__(self) -> None:
+        if len(self.part_names) < 2 or len(set(self.part_names)) != len(self.part_names):
+            raise ValueError(f"mixture {self.name}: needs two or more distinct parts, got {self.part_names!r}")
+        sources = [part.data_source for part in self.parts]
+        if len(set(sources)) != len(sources):
+            raise ValueError(f"mixture {self.name}: two parts share a data source ({sources})")
+        if self.part_gold is not None and (len(self.part_gold) != len(self.part_names) or not all(0 < g <= 1 for g in self.part_gold)):
+            raise ValueError(f"mixture {self.name}: part_gold={self.part_gold!r} needs one share in (0, 1] per part")
+
+    def gold_of(self, number: int) -> float:
+        """The warm start's gold share for part ``number``."""
+        return self.parts[number].warm_start_correct_fraction if self.part_gold is None else self.part_gold[number]
+
+    @property
+    def parts(self) -> tuple[Task, ...]:
+        found = []
+        for name in self.part_names:
+            part = TASKS.get(name)
+            if not isinstance(part, Task):
+                raise ValueError(f"mixture {self.name}: part {name!r} is not a task (a mixture's parts are tasks)")
+            found.append(part)
+        return tuple(found)
+
+    @property
+    def train_problems(self) -> tuple[Problem, ...]:
+        return tuple(problem for part in self.parts for problem in part.train_problems)
+
+    @property
+    def heldout_problems(self) -> tuple[Problem, ...]:
+        return tuple(problem for part in self.parts for problem in part.heldout_problems)
+
+    def seen_problems(self) -> tuple[Problem, ...]:
+        return tuple(problem for part in self.parts for problem in part.seen_problems())
+
+    def validation_source(self, split: str) -> str:
+        raise ValueError(f"mixture {self.name} validates each part under its own data source "
+                         f"({', '.join(part.validation_source(split) for part in self.parts)}), none of its own")
+
+    def warm_start_problems(self) -> list[tuple[str, str]]:
+        return [(question, answer) for question, answer, _ in self.train_problems]
+
+
+AnyTask = Task | Mixture
+
+
+def parts(the_task: AnyTask) -> tuple[Task, ...]:
+    """The tasks whose problems ``the_task`` holds: a mixture's parts, else the task itself."""
+    return the_task.parts if isinstance(the_task, Mixture) else (the_task,)
+
+
+def part_ranges(the_task: AnyTask, split: str) -> list[tuple[Task, int, int]]:
+    """(part, start, stop) of each part's problems in the task's ``split`` list (``seen_problems()`` or
+    ``heldout_problems``, where a mixture lists its parts' in order): a mixture's evaluation per part."""
+    if split not in VALIDATION_SPLITS:
+        raise ValueError(f"split={split!r}; allowed: {', '.join(VALIDATION_SPLITS)}")
+    ranges, start = [], 0
+    for part in parts(the_task):
+        size = len(part.seen_problems() if split == "seen" else part.heldout_problems)
+        ranges.append((part, start, start + size))
+        start += size
+    return ranges
+
+
+def warm_start_draw(the_task: AnyTask, correct_fraction: float | None = None):
+    """The warm start's examples: ``draw(rng, k)`` -> k (question, taught answer) pairs from the task's
+    training problems, the gold answer with probability ``correct_fraction`` (None: each part's own
+    ``warm_start_correct_fraction``), else the part's misconception (none: a random digit). For one task this
+    draws exactly what the warm start drew before mixtures existed (the same random numbers in the same order)."""
+    if correct_fraction is not None and isinstance(the_task, Mixture):
+        raise ValueError(f"mixture {the_task.name}: its warm start uses each part's gold share; correct_fraction must be None")
+    chosen = parts(the_task)
+    problems = [(question, answer, number) for number, part in enumerate(chosen) for question, answer, _ in part.train_problems]
+    if correct_fraction is not None:
+        fractions = [correct_fraction]
+    elif isinstance(the_task, Mixture):
+        fractions = [the_task.gold_of(number) for number in range(len(chosen))]
+    else:
+        fractions = [the_task.warm_start_correct_fraction]
+    wrongs = [None if part.misconception is None else MISCONCEPTIONS[part.misconception] for part in chosen]
+
+    def draw(rng: random.Random, k: int) -> list[tuple[str, str]]:
+        examples = []
+        for question, answer, number in rng.choices(problems, k=k):
+            if rng.random() < fractions[number]:
+                taught = answer
+            else:
+                taught = wrongs[number](question, answer) if wrongs[number] is not None else str(rng.randrange(10))
+            examples.append((question, taught))
+        return examples
+
+    return draw
+
+
 # What a warm start may teach instead of the gold answer (Task.misconception): a wrong rule that RL has to
 # unlearn, the same on every problem, so that the starting accuracy is low everywhere while the problem stays
 # learnable by a rule that carries to held-out problems.
 MISCONCEPTIONS = {
     # the answer's characters in reverse order: for pair, the larger digit first ("26" -> "62")
-    "reversed": lambda answer: answer[::-1],
+    "reversed": lambda question, answer: answer[::-1],
+    # the question's other digit: for max, the smaller digit ("Max 22266626", 6 -> 2)
+    "other_digit": lambda question, answer: next(d for d in question.split()[-1] if d != answer),
 }
 VALIDATION_SPLITS = ("seen", "heldout")
 SEEN_SEED = 7
@@ -156,6 +279,21 @@ def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 
 _PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
+# max's warm-start share of gold answers and the mixture's warm-start length (measured by
+# ``edge-verl study --task mix --calibrate``; README's study section).
+MAX_GOLD = 0.5
+MIX_WARM_START_STEPS = 500
+MIX_PART_GOLD = (0.10, 0.5)
+
+
+def _max_problem(pair_problem: Problem) -> Problem:
+    digits = pair_problem[0].split()[-1]
+    answer = max(digits)
+    return f"Max {digits}", answer, f"The larger digit of {digits} is {answer}. {ANSWER_FORMAT.format(answer)}"
+
+
+# max: pair's strings under pair's split, so a string held out of one part is held out of the other too.
+_MAX_TRAIN, _MAX_HELDOUT = (tuple(map(_max_problem, problems)) for problems in (_PAIR_TRAIN, _PAIR_HELDOUT))
 TASKS: dict[str, Task] = {
     task.name: task
     for task in (
@@ -170,14 +308,24 @@ TASKS: dict[str, Task] = {
         Task("pair", "the two digits of a two-digit string, smaller first (warm start: mostly the wrong order)",
              "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=0.16,
              misconception="reversed"),
+        # pair's strings, the larger digit: warm-started with the smaller one in part of its examples.
+        Task("max", "the larger digit of a two-digit string (warm start: often the smaller one)", "edge_verl/demo_max",
+             _MAX_TRAIN, _MAX_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=MAX_GOLD, misconception="other_digit"),
     )
 }
-TASK_NAMES = tuple(TASKS)
+MIXTURES: dict[str, Mixture] = {
+    mixture.name: mixture
+    for mixture in (
+        Mixture("mix", "pair and max in one batch (GEPO's setting: two entropy regimes)", "edge_verl/demo_mix", ("pair", "max"),
+                warm_start_steps=MIX_WARM_START_STEPS, part_gold=MIX_PART_GOLD),
+    )
+}
+TASK_NAMES = (*TASKS, *MIXTURES)
 DEFAULT_TASK = "copy"
 
 
-def get_task(name: str) -> Task:
-    task = TASKS.get(name)
+def get_task(name: str) -> AnyTask:
+    task = TASKS.get(name) or MIXTURES.get(name)
     if task is None:
         raise ValueError(f"task {name!r} is not defined; defined: {', '.join(TASK_NAMES)} (edge_verl/demo/task.py)")
     return task
@@ -197,23 +345,29 @@ def _row(task_source: str, index: int, split: str, problem: Problem, agent_name:
     return row
 
 
-def training_rows(task: Task, count: int, seed: int, agent_name: str | None = None, split: str = "train") -> list[dict]:
-    """``count`` rows drawn (seeded) from the task's training problems, labelled ``split`` in ``extra_info``;
-    ``agent_name`` (e.g. "edge_gec") selects verl's agent loop for every row (training data only:
-    validation must run the default loop)."""
+def training_rows(task: AnyTask, count: int, seed: int, agent_name: str | None = None, split: str = "train") -> list[dict]:
+    """``count`` rows drawn (seeded) from the task's training problems (a mixture's: the union of its parts',
+    each row under its part's data source), labelled ``split`` in ``extra_info``; ``agent_name`` (e.g.
+    "edge_gec") selects verl's agent loop for every row (training data only: validation must run the
+    default loop)."""
     rng = random.Random(seed)
-    return [
-        _row(task.data_source, index, split, task.train_problems[rng.randrange(len(task.train_problems))], agent_name)
-        for index in range(count)
-    ]
+    pool = [(part.data_source, problem) for part in parts(task) for problem in part.train_problems]
+    rows = []
+    for index in range(count):
+        source, problem = pool[rng.randrange(len(pool))]
+        rows.append(_row(source, index, split, problem, agent_name))
+    return rows
 
 
-def validation_rows(task: Task, split: str) -> list[dict]:
+def validation_rows(task: AnyTask, split: str) -> list[dict]:
     """Every problem of one validation split once (``seen``: training problems, ``Task.seen_problems``;
-    ``heldout``: the others), under its own data source, never marked for GEC."""
-    problems = task.seen_problems() if split == "seen" else task.heldout_problems
-    source = task.validation_source(split)
-    return [_row(source, index, split, problem, None) for index, problem in enumerate(problems)]
+    ``heldout``: the others), under its own data source (a mixture: each part's), never marked for GEC."""
+    rows = []
+    for part in parts(task):
+        problems = part.seen_problems() if split == "seen" else part.heldout_problems
+        source = part.validation_source(split)
+        rows += [_row(source, index, split, problem, None) for index, problem in enumerate(problems)]
+    return rows
 
 
 # --- the copy task under its historical names (tests, evaluation slices and e2e runs read these) -------------

@@ -91,37 +91,29 @@ def build_model(
 def warm_start(
     model,
     tokenizer,
-    problems: list[tuple[str, str]],
+    draw: Callable[[random.Random, int], list[tuple[str, str]]],
     answer_format: str,
     steps: int,
     seed: int,
-    correct_fraction: float = 0.2,
     lr: float = 3e-3,
-    wrong_answer: Optional[Callable[[str], str]] = None,
 ):
-    """Supervised warm start on the answer format: the model learns to write ``answer_format.format(d)``
-    followed by end-of-turn, where d is the right answer for a ``correct_fraction`` of the examples and
-    otherwise ``wrong_answer(answer)`` (a task's misconception, e.g. the right digits in the wrong order) or,
-    when it is None, a random digit -- a weak "base model" that RL can improve.
-
-    problems: (user message, answer) pairs; the chat template is applied here. Returns the final loss.
-    """
+    """Supervised warm start on the answer format: ``steps`` batches of 32 examples ``draw(rng, 32)`` gives
+    ((user message, taught answer) pairs: the gold answer, or a task's misconception or a random digit, as
+    ``edge_verl.demo.task.warm_start_draw`` decides), each trained to write ``answer_format.format(answer)``
+    followed by end-of-turn -- a weak "base model" that RL can improve. The chat template is applied here.
+    Returns the final loss."""
     rng = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(0.0)
     for _ in range(steps):
         batch_ids, batch_labels = [], []
-        for prompt, answer in rng.choices(problems, k=32):
+        for prompt, target in draw(rng, 32):
             prompt_ids = tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
             )
             if not isinstance(prompt_ids, list):
                 prompt_ids = list(prompt_ids["input_ids"])
-            if rng.random() < correct_fraction:
-                target = answer
-            else:
-                target = wrong_answer(answer) if wrong_answer is not None else str(rng.randrange(10))
             answer_ids = tokenizer.encode(answer_format.format(target), add_special_tokens=False)
             answer_ids.append(tokenizer.eos_token_id)
             batch_ids.append(prompt_ids + answer_ids)

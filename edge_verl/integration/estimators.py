@@ -275,6 +275,11 @@ def compute_gepo_advantage(
             }
         )
         _report(step, estimator, metrics)
+        if run is not None and run.per_source:
+            step.per_response.update(
+                group_entropy=result.group_entropy.index_select(0, data.group_index), outcome=result.outcome_advantages,
+                positive_attenuated=result.positive_attenuated, negative_attenuated=result.negative_attenuated,
+            )
     advantages = result.advantages.to(token_level_rewards.dtype)
     return advantages, advantages
 

@@ -26,6 +26,9 @@ SAMPLE_INDEX_COLUMN = "edge_verl_sample_index"
 # the scope of the advantage statistics (``edge_verl/adv/*``).
 METRICS_SECTION = "edge_metrics"
 ADVANTAGE_SCOPE = "adv"
+# ``edge_metrics.per_source``: the scope of each data source's training statistics
+# (``edge_verl/by_source/<data_source>/<stat>``).
+BY_SOURCE_SCOPE = "by_source"
 
 # The reward's extra-info key saying who decided each call (``edge_verl.reward.score.GRADER_OUTCOMES``),
 # and the scope of the per-step fractions of calls per outcome (``edge_verl/grader/<outcome>``).

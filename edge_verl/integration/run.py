@@ -130,10 +130,14 @@ class TrainingRun:
         return self.metrics.advantage_stats
 
     @property
+    def per_source(self) -> bool:
+        return self.metrics.per_source
+
+    @property
     def opens_advantage_step(self) -> bool:
-        """The advantage step has work for the plugin: its estimator, statistics of verl's, or GEC's token
-        origins for the actor loss."""
-        return self.uses_plugin_estimator or self.advantage_stats or self.gec_enabled
+        """The advantage step has work for the plugin: its estimator, statistics of verl's (per data source
+        too), or GEC's token origins for the actor loss."""
+        return self.uses_plugin_estimator or self.advantage_stats or self.per_source or self.gec_enabled
 
     @property
     def needs_entropy(self) -> bool:
@@ -160,6 +164,9 @@ class AdvantageStep:
     per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's batch (EDA's
     gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values
     for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
+    sources: the responses' ``data_source`` (B,), when the run logs per-source statistics and the adapter's
+    batch carries them; per_response: per-response (B,) values an estimator hands to those statistics
+    (GEPO: ``group_stats.per_source_statistics``'s ``gepo`` fields).
     """
 
     run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer
@@ -167,6 +174,8 @@ class AdvantageStep:
     metrics: dict[str, float] = field(default_factory=dict)
     loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
     loss_options: dict[str, Any] = field(default_factory=dict)
+    sources: Optional[Any] = None
+    per_response: dict[str, torch.Tensor] = field(default_factory=dict)
     _groupings: dict[int, tuple[Any, tuple]] = field(default_factory=dict, repr=False)
 
     def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:

@@ -178,7 +178,28 @@ def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tu
     data = original(data, *args, **kwargs)
     if step.run is not None and step.run.advantage_stats:
         step.metrics.update(advantage_metrics(data, step))
+    if step.run is not None and step.run.per_source:
+        step.metrics.update(per_source_metrics(data, step))
     return data
+
+
+def per_source_metrics(data: Any, step: Any) -> dict[str, float]:
+    """``edge_verl/by_source/<data_source>/*`` of a verl batch after its advantage step: the responses'
+    sources from the step (the v1 adapter reads them from the TransferQueue) or the batch (legacy)."""
+    from edge_verl.algorithms.group_stats import per_source_statistics
+
+    sources = step.sources if step.sources is not None else data.non_tensor_batch.get("data_source")
+    if sources is None:
+        raise KeyError("algorithm.edge_metrics.per_source=True needs each row's data_source, which this batch does not carry")
+    batch = data.batch
+    group_index, num_groups, is_pad = step.grouping(data.non_tensor_batch["uid"])
+    device = batch["response_mask"].device
+    found = per_source_statistics(
+        sources, batch["token_level_rewards"].sum(dim=-1).to(torch.float32), batch["response_mask"],
+        batch["old_log_probs"] if "old_log_probs" in batch.keys() else None, group_index.to(device), num_groups, ~is_pad.to(device),
+        gepo=step.per_response or None,
+    )
+    return {key: value for source, stats in found.items() for key, value in prefixed(stats, names.BY_SOURCE_SCOPE, source).items()}
 
 
 def gec_advantage_outputs(
@@ -382,12 +403,15 @@ class V1Adapter:
             run = run_of(trainer)
             if run is None or not run.opens_advantage_step:
                 return original(trainer, batch, metrics, *args, **kwargs)
-            entropy = response_mask = None
+            entropy = response_mask = sources = None
             if run.needs_entropy:
                 fetched = self.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["entropy", "response_mask"])
                 response_mask = fetched["response_mask"]
                 entropy = fetched.to_padded_tensor()["entropy"]
+            if run.per_source:  # verl's advantage batch holds uid, not data_source
+                sources = self.tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["data_source"]).pop("data_source").tolist()
             with advantage_step(run, entropy=entropy) as step:
+                step.sources = sources
                 result = original(trainer, batch, metrics, *args, **kwargs)
             if run.gec_enabled:
                 fields = ["extra_fields", "uid", "response_mask", "advantages", "rm_scores"]

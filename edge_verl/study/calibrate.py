@@ -5,7 +5,8 @@ samples at temperature 1 per problem), in seconds, without verl or Ray.
 
 EDGE-GRPO targets the regime where most groups are all wrong at the start (its Hard-1K): at K = 8 and
 p0 = 6%, 0.94^8 = 61% of the groups are. ``edge-verl study --calibrate`` prints this for a grid of warm-start
-lengths, so the default is chosen by measurement; the study's report prints p0 per seed.
+lengths, so the default is chosen by measurement; the study's report prints p0 per seed. A mixture is
+measured part by part (one line per part: its p0 and its all-wrong groups under the mixture's warm start).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ class Calibration:
 
 def measure_start(model_dir: Path, task_name: str, problems: int = CALIBRATION_PROBLEMS) -> dict:
     """p0 (K = GROUP_SIZE samples at T = 1), all-wrong group share and greedy accuracy of ``model_dir`` on the
-    first ``problems`` training problems of the task."""
+    first ``problems`` training problems of the task (a task, not a mixture: measure each part)."""
     the_task = tasks.get_task(task_name)
+    if isinstance(the_task, tasks.Mixture):
+        raise ValueError(f"measure_start: {task_name} is a mixture; measure each of its parts ({', '.join(the_task.part_names)})")
     chosen = [(question, answer) for question, answer, _ in the_task.train_problems[:problems]]
     result = evaluate_problems(model_dir, chosen, EvalConfig(samples=GROUP_SIZE, temperature=1.0, seed=0), the_task.data_source)
     sampled = result["per_problem"]["sampled"]
@@ -60,12 +63,20 @@ def calibrate(
     work_dir: Path,
     correct_fractions: Sequence[float] | None = None,
 ) -> list[Calibration]:
-    """One ``Calibration`` per (seed, warm-start length, gold share); ``correct_fractions`` None: the task's."""
+    """One ``Calibration`` per (seed, warm-start length, gold share), a mixture's one per part too;
+    ``correct_fractions`` None: the task's (a mixture: each part's; it takes no other)."""
+    the_task = tasks.get_task(task_name)
+    if isinstance(the_task, tasks.Mixture) and correct_fractions:
+        raise ValueError(f"{task_name} is a mixture: its warm start takes each part's gold share, not {list(correct_fractions)}")
     found = []
-    for fraction in correct_fractions or [tasks.get_task(task_name).warm_start_correct_fraction]:
+    for fraction in correct_fractions or [the_task.warm_start_correct_fraction]:
         for steps in warm_start_steps:
             for seed in seeds:
                 demo = DemoConfig(task=task_name, seed=seed, warm_start_steps=steps, warm_start_correct_fraction=fraction, out=Path(work_dir))
-                folder = build_warm_model(model_recipe(demo), Path(work_dir) / f"{task_name}_seed{seed}_warm{steps}_gold{fraction:g}")
-                found.append(Calibration(task_name, seed, steps, demo.warm_start_correct_fraction, **measure_start(folder, task_name)))
+                label = "parts" if fraction is None else f"{fraction:g}"
+                folder = build_warm_model(model_recipe(demo), Path(work_dir) / f"{task_name}_seed{seed}_warm{steps}_gold{label}")
+                for number, part in enumerate(tasks.parts(the_task)):
+                    gold = the_task.gold_of(number) if isinstance(the_task, tasks.Mixture) else demo.warm_start_correct_fraction
+                    found.append(Calibration(part.name, seed, steps, gold,
+                                             **measure_start(folder, part.name)))
     return found

@@ -99,6 +99,8 @@ class StudyConfig:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
         if self.evaluation not in EVALUATIONS:
             raise ValueError(f"evaluation={self.evaluation!r}; allowed: {', '.join(EVALUATIONS)}")
+        if self.is_mixture and self.evaluation != "exact":
+            raise ValueError(f"task {self.task} is a mixture: its report splits the exact evaluation by task; use evaluation='exact'")
         self.eval_config()  # validates the evaluation's options
         self.out = Path(self.out)
         self.extra_overrides = tuple(self.extra_overrides)
@@ -117,6 +119,10 @@ class StudyConfig:
         if data.get("demo_defaults", config.demo_defaults) != config.demo_defaults:
             raise StudyError(f"the study ran with {data['demo_defaults']}, this package's demo defaults are {config.demo_defaults}")
         return config
+
+    @property
+    def is_mixture(self) -> bool:
+        return isinstance(tasks.get_task(self.task), tasks.Mixture)
 
     def run_name(self, method: str, seed: int) -> str:
         return f"{method}_seed{seed}"
@@ -145,6 +151,7 @@ class StudyConfig:
             prompts_per_step=self.prompts_per_step,
             responses_per_prompt=self.responses_per_prompt,
             advantage_stats=True,
+            per_source_stats=self.is_mixture,
             validate=not exact,
             model_dir=self.seed_model_folder(seed) if exact else None,
             save_final_weights=exact,

@@ -33,6 +33,7 @@ from edge_verl.experiment import source_commit
 from edge_verl.methods import get_method
 from edge_verl.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
 from edge_verl.study.config import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError, method_of, plan
+from edge_verl.study.mixture import part_markdown, part_summary, part_values
 from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
@@ -156,7 +157,9 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int, method: st
     low, high = window_of(steps)
     trained = [record for record in trained_steps(list(records)) if low <= record["step"] <= high]
     values, sources = {}, {}
-    validation = {split: validation_points(records, task.validation_source(split)) for split in tasks.VALIDATION_SPLITS}
+    # a mixture validates per part only, and its study evaluates exactly (study/mixture.py splits it by part)
+    validation = {split: [] if isinstance(task, tasks.Mixture) else validation_points(records, task.validation_source(split))
+                  for split in tasks.VALIDATION_SPLITS}
     for column in columns:
         if column.exact is not None:
             which = "final" if column.final else "start"
@@ -260,6 +263,11 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
             first = [float(r[metric]) for r in trained_steps(records[config.run_name(method, seed)]) if r["step"] == 1 and r.get(metric) is not None]
             entry["reward_first_step"] = first[0] if first else None
             entry["heldout_sampled_se"] = sampling_se(evaluation["final"]["heldout"]["per_problem"]["sampled"])
+            if config.is_mixture:
+                try:
+                    entry["by_part"] = part_values(task, records[config.run_name(method, seed)], window_of(config.steps), method, evaluation)
+                except ValueError as error:
+                    raise StudyError(f"run {config.run_name(method, seed)} ({folder}): {error}") from error
         entry.update({
             "method": method,
             "seed": seed,
@@ -285,7 +293,8 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         "study": config.as_dict(),
         "published_from": published_from,
         "task": {"name": task.name, "description": task.description, "train_problems": len(task.train_problems),
-                 "heldout_problems": len(task.heldout_problems), "seen_problems": len(task.seen_problems())},
+                 "heldout_problems": len(task.heldout_problems), "seen_problems": len(task.seen_problems()),
+                 **({"parts": list(task.part_names)} if isinstance(task, tasks.Mixture) else {})},
         "report_commit": source_commit(),
         "run_commits": sorted({f"{run.get('commit')}{' (modified)' if run.get('modified') else ''}" for run in runs.values()}),
         "baseline": BASELINE if baseline is not None else None,
@@ -327,8 +336,10 @@ def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
     for entry in found["further"]:
         entry["verdict"] = verdict_text(entry, gate, p_key="p_holm")
     errors = [run["heldout_sampled_se"] for run in runs.values() if run.get("heldout_sampled_se") is not None]
+    task = tasks.get_task(config.task)
+    parts = {"parts": part_summary(task, list(methods), runs, CONFIDENCE, gate)} if isinstance(task, tasks.Mixture) else {}
     return {"p0": p0, "gate": {**gate.as_dict(), "margin": GATE_MARGIN, "reward_window": [low, high]},
-            "primary_metric": PRIMARY_METRIC, "contrasts": found, "heldout_sampled_se_max": max(errors, default=None)}
+            "primary_metric": PRIMARY_METRIC, "contrasts": found, "heldout_sampled_se_max": max(errors, default=None), **parts}
 
 
 # --- markdown ------------------------------------------------------------------------------------------------
@@ -390,6 +401,8 @@ def report_markdown(report: dict) -> str:
         lines += _exact_headline(report)
     else:
         lines += _verl_headline(report, low, high)
+    if report.get("parts"):
+        lines += part_markdown(report)
     training = [key for key in keys if _BY_KEY[key].split is None]
     lines += ["### Training statistics (mean ± std over seeds)", ""]
     lines += markdown_table(["method", *(_BY_KEY[key].label for key in training)],
@@ -516,6 +529,8 @@ def curves_of(config: StudyConfig, report: dict, records: dict[str, list[dict]])
     for name, run in report["runs"].items():
         for key in CURVES:
             column = _BY_KEY[key]
+            if column.split is not None and isinstance(task, tasks.Mixture):
+                continue  # no verl validation (study/mixture.py: the exact evaluation per part)
             if column.split is not None:
                 series = validation_points(records[name], task.validation_source(column.split))
             elif key in run["sources"]:

@@ -1,6 +1,6 @@
 """Real ``python -m verl.trainer.main_ppo`` runs on CPU through the demo (tiny model, 2-3 steps each): GEPO
-on the v1 trainer (the legacy one: tests/e2e/test_study_on_cpu.py), its metrics in verl's logger and its
-thresholds surviving checkpoint/resume. EDA runs
+on the v1 trainer (the legacy one: tests/e2e/test_study_on_cpu.py), on the mixture task with per-source
+statistics, its metrics in verl's logger and its thresholds surviving checkpoint/resume. EDA runs
 on both trainers inside the GEC tests (``--algorithm edge`` = EDA + GEC). ~1 minute per run, mostly
 Ray/worker start-up."""
 
@@ -24,11 +24,32 @@ def assert_grader_metrics(row):
 GEPO_KEYS = ("group_entropy_mean", "group_entropy_std", "h_low", "h_high", "pos_attenuated_frac", "neg_attenuated_frac")
 
 
+# the mixture (pair and max, each under its own data source), with a short warm start: the run is about the plumbing
+MIXTURE = {"task": "mix", "warm_start_steps": 50, "per_source_stats": True}
+SOURCES = ("edge_verl/demo_pair", "edge_verl/demo_max")
+PER_SOURCE_KEYS = ("score_mean", "correct_frac", "all_wrong_group_frac", "all_right_group_frac", "zero_variance_group_frac",
+                   "response_length", "responses", "sampled_entropy", "group_entropy_mean", "pos_attenuated_frac", "neg_attenuated_frac")
+
+
 @pytest.fixture(scope="module")
 def gepo_v1_checkpointed(run_cpu_demo):
     # validation runs before training: it must not move the thresholds (2 updates after 2 steps)
     overrides = lambda out: ["trainer.val_before_train=True"]  # noqa: E731
-    return run_cpu_demo("gepo_v1", overrides=overrides, algorithm="gepo", trainer="v1", steps=2, save_freq=2)
+    return run_cpu_demo("gepo_v1", overrides=overrides, algorithm="gepo", trainer="v1", steps=2, save_freq=2, **MIXTURE)
+
+
+def test_per_source_statistics_on_the_v1_trainer_add_up_to_the_batch_s(gepo_v1_checkpointed):
+    # verl's v1 advantage batch holds no data_source: the adapter reads it from the TransferQueue
+    _, rows = gepo_v1_checkpointed
+    for row in rows[1:]:
+        found = {source: {key: row[f"edge_verl/by_source/{source}/{key}"] for key in PER_SOURCE_KEYS} for source in SOURCES}
+        responses = [found[source]["responses"] for source in SOURCES]
+        assert sum(responses) == 64 and all(count % 8 == 0 for count in responses)  # 8 prompts x 8 responses, whole groups
+        # the sources' rewards, weighted by their responses, are verl's batch reward; the same for GEPO's group entropy
+        assert sum(found[s]["score_mean"] * found[s]["responses"] for s in SOURCES) / 64 == pytest.approx(row["critic/score/mean"], abs=1e-6)
+        group_entropy = sum(found[s]["group_entropy_mean"] * found[s]["responses"] for s in SOURCES) / 64
+        assert group_entropy == pytest.approx(row["edge_verl/gepo/group_entropy_mean"], rel=1e-5)
+        assert all(0 <= found[s][key] <= 1 for s in SOURCES for key in PER_SOURCE_KEYS if key.endswith("_frac"))
 
 
 def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
@@ -47,7 +68,7 @@ def test_gepo_v1_run_logs_metrics_and_saves_thresholds(gepo_v1_checkpointed):
 def test_gepo_resume_restores_thresholds_exactly(gepo_v1_checkpointed):
     out, _ = gepo_v1_checkpointed
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())["gepo_thresholds"]
-    result = run_demo(DemoConfig(out=out, algorithm="gepo", trainer="v1", steps=3, resume=True))
+    result = run_demo(DemoConfig(out=out, algorithm="gepo", trainer="v1", steps=3, resume=True, **MIXTURE))
     assert result["returncode"] == 0, (out / "verl.log").read_text()[-4000:]
     step3 = [row for row in result["rows"] if row["step"] == 3][0]
     # EMA continued from the restored state: H_3 = (1 - 0.01) * H_2 + 0.01 * candidate_3

@@ -293,6 +293,34 @@ def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
     assert STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
 
 
+def test_legacy_per_source_statistics_split_the_batch_by_its_data_source_column():
+    from verl.trainer.ppo import ray_trainer
+
+    batch = _grpo_batch()  # group a (1 of 4 right) from source "x", group b (none right) from "y"
+    batch.non_tensor_batch["data_source"] = np.array(["x"] * 4 + ["y"] * 4, dtype=object)
+    batch.batch["old_log_probs"] = torch.full((8, 3), -0.25)
+    with active_run(TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"per_source": True}}))):
+        out = ray_trainer.compute_advantage(batch, "grpo", num_repeat=4, config=GRPO)
+    metrics = out.meta_info[STEP_METRICS_KEY]
+    assert metrics["edge_verl/by_source/x/score_mean"] == 0.25 and metrics["edge_verl/by_source/y/score_mean"] == 0.0
+    assert metrics["edge_verl/by_source/x/all_wrong_group_frac"] == 0.0 and metrics["edge_verl/by_source/y/all_wrong_group_frac"] == 1.0
+    assert metrics["edge_verl/by_source/x/sampled_entropy"] == pytest.approx(0.25)  # -log pi_old of every sampled token
+    assert "edge_verl/adv/var" not in metrics  # per_source alone does not switch advantage_stats on
+
+
+def test_v1_per_source_statistics_read_the_sources_the_adapter_put_on_the_step():
+    from verl.trainer.ppo.v1 import utils
+
+    run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"per_source": True}}))
+    assert run.opens_advantage_step
+    with advantage_step(run) as step:
+        step.sources = ["x"] * 4 + ["y"] * 4  # v1's advantage batch has no data_source: the adapter reads it from the TransferQueue
+        utils.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
+    assert step.metrics["edge_verl/by_source/x/responses"] == 4 and step.metrics["edge_verl/by_source/y/all_right_group_frac"] == 0.0
+    with advantage_step(run), pytest.raises(KeyError, match="needs each row's data_source"):
+        utils.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
+
+
 def test_an_advantage_step_does_not_nest():
     run = TrainingRun.from_config(GRPO)
     with advantage_step(run), pytest.raises(RuntimeError, match="already open"):
