@@ -19,6 +19,11 @@ from edge_verl.study.runner import StudyConfig
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 PAGE = RESULTS / "study_pair"
+MIX_PAGE = RESULTS / "study_mix"
+MIX_COMMIT = "599daf5145b78ef04561ac5d00f88229ec2e2790"
+# The mixture's evaluation lists pair's problems, then max's (3000 held-out and 1000 seen strings each); its
+# parts' training statistics are their data sources' per-source metrics.
+MIX_PARTS = {"pair": ("edge_verl/demo_pair", slice(0, 3000), slice(0, 1000)), "max": ("edge_verl/demo_max", slice(3000, 6000), slice(1000, 2000))}
 STUDIES = sorted(path.parent for path in RESULTS.glob("*/report.json"))
 # Knowledge of the study written out here, independently of edge_verl/study: the methods that correct their
 # responses (their sampled reward is GEC's as-sampled metric, their logged reward the corrected one), the
@@ -38,21 +43,31 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def page():
-    report = _json(PAGE / "report.json")
+def _read_page(folder: Path):
+    report = _json(folder / "report.json")
     study = report["study"]
     runs = {}
-    for folder in sorted((PAGE / "runs").iterdir()):
-        identity = _json(folder / "study_run.json")
-        runs[folder.name] = {"identity": identity, "done": _json(folder / "done.json"), "rows": _rows(folder / "metrics.jsonl"),
-                             "eval": _json(folder / "exact_eval.json")}
-    start = {seed: _json(PAGE / "models" / f"seed{seed}" / "exact_eval.json") for seed in study["seeds"]}
+    for run in sorted((folder / "runs").iterdir()):
+        identity = _json(run / "study_run.json")
+        runs[run.name] = {"identity": identity, "done": _json(run / "done.json"), "rows": _rows(run / "metrics.jsonl"),
+                          "eval": _json(run / "exact_eval.json")}
+    start = {seed: _json(folder / "models" / f"seed{seed}" / "exact_eval.json") for seed in study["seeds"]}
     return report, runs, start
 
 
+@pytest.fixture(scope="module")
+def page():
+    return _read_page(PAGE)
+
+
+@pytest.fixture(scope="module")
+def mix_page():
+    return _read_page(MIX_PAGE)
+
+
 def test_the_default_study_is_published():
-    assert [path.name for path in STUDIES] == ["controls_pair", PAGE.name]  # the default study, and its other rows at one seed
+    # the default study, its other rows at one seed, and GEPO's setting (the mixture)
+    assert [path.name for path in STUDIES] == ["controls_pair", MIX_PAGE.name, PAGE.name]
     report = _json(PAGE / "report.json")
     default = StudyConfig()
     study = report["study"]
@@ -144,13 +159,58 @@ def test_the_readme_quotes_the_page(page):
         assert f"seed {seed} {value:.3f}" in (RESULTS / "README.md").read_text()
 
 
+def _paired(differences: list[float]) -> tuple[float, float, float, float]:
+    """mean, interval low, high, MDD of paired differences over n = 4 seeds (Student t, df 3)."""
+    mean, sd, n = statistics.fmean(differences), statistics.stdev(differences), len(differences)
+    half = T_975[n - 1] * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, (T_975[n - 1] + T_80[n - 1]) * sd / math.sqrt(n)
+
+
+def test_the_mixture_page_is_its_files_task_by_task(mix_page):
+    report, runs, start = mix_page
+    study = report["study"]
+    assert study["task"] == "mix" and study["evaluation"] == "exact" and report["not_finished"] == []
+    # every run trained at one commit; "modified": tests/test_results.py (this file) was being edited while the
+    # study ran, no file of the package (the page says so)
+    assert report["run_commits"] == [f"{MIX_COMMIT} (modified)"] and {run["done"]["commit"] for run in runs.values()} == {MIX_COMMIT}
+    low = study["steps"] // 2 + 1
+    for name, run in runs.items():
+        assert len(run["eval"]["heldout"]["per_problem"]["sampled"]) == 6000
+        for part, (source, heldout, seen) in MIX_PARTS.items():
+            mine = report["runs"][name]["by_part"][part]
+            assert mine["heldout_sampled"] == pytest.approx(statistics.fmean(run["eval"]["heldout"]["per_problem"]["sampled"][heldout]), abs=1e-12)
+            assert mine["seen_sampled"] == pytest.approx(statistics.fmean(run["eval"]["seen"]["per_problem"]["sampled"][seen]), abs=1e-12)
+            seed_start = start[run["identity"]["seed"]]
+            assert mine["heldout_sampled_start"] == pytest.approx(statistics.fmean(seed_start["heldout"]["per_problem"]["sampled"][heldout]), abs=1e-12)
+            for column, stat in (("reward", "score_mean"), ("all_wrong_groups", "all_wrong_group_frac"), ("entropy_sampled", "sampled_entropy")):
+                late = [row[f"edge_verl/by_source/{source}/{stat}"] for row in run["rows"] if row["step"] >= low and "critic/score/mean" in row]
+                assert len(late) == study["steps"] - low + 1 and mine[column] == pytest.approx(statistics.fmean(late), abs=1e-12)
+    by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
+    text = (MIX_PAGE / "report.md").read_text()
+    for part, (_, heldout, _) in MIX_PARTS.items():
+        entry = {e["method"]: e for e in report["parts"][part]["contrasts"]}["gepo"]
+        differences = [statistics.fmean(by["gepo", seed]["eval"]["heldout"]["per_problem"]["sampled"][heldout])
+                       - statistics.fmean(by["grpo", seed]["eval"]["heldout"]["per_problem"]["sampled"][heldout]) for seed in study["seeds"]]
+        mean, low_end, high_end, mdd = _paired(differences)
+        assert entry["mean"] == pytest.approx(mean, abs=1e-12) and entry["interval"] == pytest.approx([low_end, high_end], abs=1e-6)
+        assert entry["mdd"] == pytest.approx(mdd, abs=1e-6)
+        assert f"gepo − grpo | {mean:+.3f} [{low_end:+.3f}, {high_end:+.3f}]" in text
+        # the README and the results page quote each task's contrast as "gepo − grpo on <task>: Δ ..."
+        quote = f"gepo − grpo on {part}: Δ {mean:+.3f} [{low_end:+.3f}, {high_end:+.3f}]"
+        for document in (ROOT / "README.md", RESULTS / "README.md"):
+            assert quote in document.read_text(), (document.name, quote)
+    whole = {(e["method"], e["against"]): e for e in report["contrasts"]["primary"]}["gepo", "grpo"]
+    quote = f"gepo − grpo on the whole mixture: Δ {whole['mean']:+.3f} [{whole['interval'][0]:+.3f}, {whole['interval'][1]:+.3f}]"
+    assert quote in (ROOT / "README.md").read_text() and quote in (RESULTS / "README.md").read_text()
+
+
 @pytest.mark.parametrize("folder", STUDIES, ids=lambda path: path.name)
 def test_a_published_report_is_what_the_report_code_gives_from_its_files(folder):
     report = _json(folder / "report.json")
     config = StudyConfig.from_dict(report["study"], out=folder)
     again = summarize(config, published_from=report["published_from"])
-    for key in ("runs", "methods", "window", "wall_time_s", "run_commits", "columns", "task", "p0", "gate", "contrasts"):
-        assert again[key] == report[key], key
+    for key in ("runs", "methods", "window", "wall_time_s", "run_commits", "columns", "task", "p0", "gate", "contrasts", "parts"):
+        assert again.get(key) == report.get(key), key
     assert report_markdown(again) == (folder / "report.md").read_text()
     for run in report["runs"].values():
         assert (folder / run["metrics_file"]).is_file()
