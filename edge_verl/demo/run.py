@@ -106,7 +106,7 @@ class DemoConfig:
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        task.get_task(self.task)  # raises on an unknown task, naming the defined ones
+        the_task = task.get_task(self.task)  # raises on an unknown task, naming the defined ones
         if self.algorithm not in DEMO_METHODS:
             raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(DEMO_METHODS)}")
         if self.trainer not in TRAINERS:
@@ -127,10 +127,10 @@ class DemoConfig:
         if not self.val_temperature >= 0:
             raise ValueError(f"val_temperature={self.val_temperature!r} must be >= 0")
         if self.warm_start_steps is None:
-            self.warm_start_steps = task.get_task(self.task).warm_start_steps
-        mixture = isinstance(task.get_task(self.task), task.Mixture)
+            self.warm_start_steps = the_task.warm_start_steps
+        mixture = isinstance(the_task, task.Mixture)
         if self.warm_start_correct_fraction is None:
-            self.warm_start_correct_fraction = task.get_task(self.task).warm_start_correct_fraction
+            self.warm_start_correct_fraction = the_task.warm_start_correct_fraction
         if mixture and self.warm_start_correct_fraction is not None:
             raise ValueError(f"task {self.task} is a mixture: its warm start takes each part's gold share; "
                              "warm_start_correct_fraction must be None")
@@ -159,7 +159,7 @@ def model_recipe(config: DemoConfig) -> dict:
         "attention_heads": config.attention_heads,
     }
     if isinstance(the_task, task.Mixture):  # each part's gold share and misconception make the model too
-        recipe["parts"] = {part.name: [the_task.gold_of(number), part.misconception] for number, part in enumerate(the_task.parts)}
+        recipe["parts"] = {part.name: [gold, part.misconception] for part, gold in zip(the_task.parts, task.gold_shares(the_task))}
     return recipe
 
 

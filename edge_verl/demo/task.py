@@ -121,10 +121,6 @@ class Mixture:
         if self.part_gold is not None and (len(self.part_gold) != len(self.part_names) or not all(0 < g <= 1 for g in self.part_gold)):
             raise ValueError(f"mixture {self.name}: part_gold={self.part_gold!r} needs one share in (0, 1] per part")
 
-    def gold_of(self, number: int) -> float:
-        """The warm start's gold share for part ``number``."""
-        return self.parts[number].warm_start_correct_fraction if self.part_gold is None else self.part_gold[number]
-
     @property
     def parts(self) -> tuple[Task, ...]:
         found = []
@@ -175,21 +171,27 @@ def part_ranges(the_task: AnyTask, split: str) -> list[tuple[Task, int, int]]:
     return ranges
 
 
+def gold_shares(the_task: AnyTask, correct_fraction: float | None = None) -> list[float]:
+    """The warm start's share of gold answers for each of ``parts(the_task)``: ``correct_fraction`` when given
+    (a task only), else a mixture's ``part_gold`` (or its parts' own) and a task's own."""
+    if correct_fraction is not None and isinstance(the_task, Mixture):
+        raise ValueError(f"mixture {the_task.name}: its warm start uses each part's gold share; correct_fraction must be None")
+    if correct_fraction is not None:
+        return [correct_fraction]
+    if isinstance(the_task, Mixture):
+        return [part.warm_start_correct_fraction if the_task.part_gold is None else the_task.part_gold[number]
+                for number, part in enumerate(the_task.parts)]
+    return [the_task.warm_start_correct_fraction]
+
+
 def warm_start_draw(the_task: AnyTask, correct_fraction: float | None = None):
     """The warm start's examples: ``draw(rng, k)`` -> k (question, taught answer) pairs from the task's
     training problems, the gold answer with probability ``correct_fraction`` (None: each part's own
     ``warm_start_correct_fraction``), else the part's misconception (none: a random digit). For one task this
     draws exactly what the warm start drew before mixtures existed (the same random numbers in the same order)."""
-    if correct_fraction is not None and isinstance(the_task, Mixture):
-        raise ValueError(f"mixture {the_task.name}: its warm start uses each part's gold share; correct_fraction must be None")
+    fractions = gold_shares(the_task, correct_fraction)
     chosen = parts(the_task)
     problems = [(question, answer, number) for number, part in enumerate(chosen) for question, answer, _ in part.train_problems]
-    if correct_fraction is not None:
-        fractions = [correct_fraction]
-    elif isinstance(the_task, Mixture):
-        fractions = [the_task.gold_of(number) for number in range(len(chosen))]
-    else:
-        fractions = [the_task.warm_start_correct_fraction]
     wrongs = [None if part.misconception is None else MISCONCEPTIONS[part.misconception] for part in chosen]
 
     def draw(rng: random.Random, k: int) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 

@@ -75,8 +75,6 @@ def calibrate(
                 demo = DemoConfig(task=task_name, seed=seed, warm_start_steps=steps, warm_start_correct_fraction=fraction, out=Path(work_dir))
                 label = "parts" if fraction is None else f"{fraction:g}"
                 folder = build_warm_model(model_recipe(demo), Path(work_dir) / f"{task_name}_seed{seed}_warm{steps}_gold{label}")
-                for number, part in enumerate(tasks.parts(the_task)):
-                    gold = the_task.gold_of(number) if isinstance(the_task, tasks.Mixture) else demo.warm_start_correct_fraction
-                    found.append(Calibration(part.name, seed, steps, gold,
-                                             **measure_start(folder, part.name)))
+                for part, gold in zip(tasks.parts(the_task), tasks.gold_shares(the_task, fraction)):
+                    found.append(Calibration(part.name, seed, steps, gold, **measure_start(folder, part.name)))
     return found

@@ -57,10 +57,6 @@ PART_KEYS = tuple(column.key for column in PART_COLUMNS)
 PART_METRIC = "heldout_sampled"
 
 
-def _mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values)
-
-
 def part_values(the_task: tasks.Mixture, records: Sequence[dict], window: tuple[int, int], method: str, evaluation: dict) -> dict:
     """part name -> column -> value for one run. ``evaluation``: {final, start} exact evaluations ({split:
     result}); a per-source metric the run did not log in its ``window`` raises ``ValueError``."""
@@ -77,7 +73,7 @@ def part_values(the_task: tasks.Mixture, records: Sequence[dict], window: tuple[
             if len(per_problem) != ranges[-1][2]:
                 raise ValueError(f"its {split} evaluation has {len(per_problem)} problems, the mixture's parts {ranges[-1][2]}")
             for part, start, stop in ranges:
-                found.setdefault(part.name, {})[column.key] = _mean(per_problem[start:stop])
+                found.setdefault(part.name, {})[column.key] = statistics.fmean(per_problem[start:stop])
     for part in the_task.parts:
         for column in PART_COLUMNS:
             if column.metric is None or (column.gepo and not is_gepo):
@@ -87,7 +83,7 @@ def part_values(the_task: tasks.Mixture, records: Sequence[dict], window: tuple[
             if not series:
                 raise ValueError(f"part {part.name}: the run did not log {metric} in steps {low}-{high} "
                                  "(a mixture's runs log +algorithm.edge_metrics.per_source=True)")
-            found[part.name][column.key] = _mean(series)
+            found[part.name][column.key] = statistics.fmean(series)
     return found
 
 
