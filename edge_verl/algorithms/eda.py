@@ -22,13 +22,15 @@ Two forms (``EdaConfig.entropy_gradient``):
   detached normaliser is the old policy's group mean (the reference's current-policy mean, detached, is
   the same number at the first mini-batch), and ``entropy_gradient_scale`` turns the detached advantage
   into that form inside the loss: A_hat_i * P_hat_i^old / P_hat_i(theta) = A_i / P_hat_i(theta), with the
-  same guards.
+  same guards. Its diagnostic, ``entropy_gradient_share``, reads the loss's gradient with respect to its two
+  inputs (``loss_gradients``, also the source of GEC's per-origin gradient shares).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -99,6 +101,26 @@ def entropy_gradient_scale(
     current = _guarded_ratio(response_entropy, group_entropy, entropy_epsilon, ratio_clamp)  # 1 on unscaled rows
     old = torch.where(group_entropy > entropy_epsilon, entropy_ratio.to(current.dtype), torch.ones_like(current))
     return old / current
+
+
+def loss_gradients(loss: torch.Tensor, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]) -> Optional[tuple]:
+    """(dL/dlogp, dL/dH) over the loss's elementwise ops (``retain_graph``: the trainer's backward follows);
+    None without a graph (no_grad, or a loss that does not depend on the policy). A missing path gives None."""
+    inputs = [tensor for tensor in (log_prob, entropy) if tensor is not None and tensor.requires_grad]
+    if not (torch.is_grad_enabled() and loss.requires_grad and inputs):
+        return None
+    grads = iter(torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))
+    return tuple(next(grads) if tensor is not None and tensor.requires_grad else None for tensor in (log_prob, entropy))
+
+
+def entropy_gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: Optional[torch.Tensor]) -> float:
+    """|dL/dH| / (|dL/dlogp| + |dL/dH|), norms over the micro-batch's response tokens: of the loss gradient
+    with respect to the policy's outputs, the share that reaches them through the entropy (a cheap proxy for
+    the share in parameter space, no second backward through the model); 0 without any gradient."""
+    through_entropy = float(grad_entropy.norm()) if grad_entropy is not None else 0.0
+    through_log_prob = float(grad_log_prob.norm()) if grad_log_prob is not None else 0.0
+    total = through_log_prob + through_entropy
+    return through_entropy / total if total > 0 else 0.0
 
 
 def compute_eda_advantages(

@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
 
@@ -450,7 +449,9 @@ class GroupRendezvous:
 
     A group exists only while one of its responses waits: every waiter leaves in ``finally`` (all verdicts
     in, timeout, cancellation) and the last one removes the group, so no verdict outlives the rollout that
-    produced it and the same uid in a later step starts afresh. Owned per event loop (``group_rendezvous``).
+    produced it and the same uid in a later step starts afresh. Who owns one follows how the framework
+    schedules a group's responses: verl's agent loop one per event loop (``integration.gec_agent_loop``),
+    OpenRLHF's executor one per executor (``openrlhf.gec_executor``).
     """
 
     def __init__(self) -> None:
@@ -486,19 +487,3 @@ class GroupRendezvous:
             group.waiting -= 1
             if group.waiting == 0:
                 del self._groups[uid]
-
-
-# verl's AgentLoopWorker builds one loop object per trajectory (``_run_agent_loop``), so siblings share no
-# loop object; they share the worker's event loop, on which ``generate_sequences`` runs every trajectory of
-# its batch as a task. Hence one rendezvous per event loop, held weakly: it goes with its loop, and between
-# rollouts it holds no group (see GroupRendezvous).
-_RENDEZVOUS_BY_LOOP: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupRendezvous]" = weakref.WeakKeyDictionary()
-
-
-def group_rendezvous() -> GroupRendezvous:
-    """The running event loop's rendezvous (created on first use)."""
-    loop = asyncio.get_running_loop()
-    rendezvous = _RENDEZVOUS_BY_LOOP.get(loop)
-    if rendezvous is None:
-        rendezvous = _RENDEZVOUS_BY_LOOP[loop] = GroupRendezvous()
-    return rendezvous

@@ -44,10 +44,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from edge_verl.algorithms import gec_loss
-from edge_verl.algorithms.eda import entropy_gradient_scale
+from edge_verl.algorithms.eda import entropy_gradient_scale, entropy_gradient_share, loss_gradients
 from edge_verl.algorithms.group_stats import masked_response_mean
 from edge_verl.integration import names
-from edge_verl.integration.internals import CORE
+from edge_verl.integration.internals import CORE, POLICY_LOSS_KEYWORDS
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
 # when imported before ``losses`` finished (each has its entry in ``internals.CORE``).
@@ -177,38 +177,20 @@ def _make_ppo_loss(original: Callable) -> Callable:
         if state.gec is not None:
             if state.gec.sft_term is not None:
                 loss = loss + state.gec.sft_term
-            scope = names.GEC_ACTOR_SCOPE.split("/", 1)[1]  # verl prefixes the actor's metrics with "actor/"
-            for key, value in state.gec.sums.items():
+            for key, value in state.gec.sums.items():  # verl's trainer prefixes them with names.ACTOR_METRIC_PREFIX
                 aggregation = AggregationType.MAX if key.endswith(gec_loss.RAW_MAX) else AggregationType.MEAN
-                metrics[f"{scope}/{key}"] = Metric(value=value, aggregation=aggregation)
+                metrics[f"{names.GEC_LOSS_SCOPE}/{key}"] = Metric(value=value, aggregation=aggregation)
         return loss, metrics
 
     return ppo_loss
 
 
-def gradients(loss: torch.Tensor, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]) -> Optional[tuple]:
-    """(dL/dlogp, dL/dH) over the loss's elementwise ops (``retain_graph``: verl's backward follows); None
-    without a graph (no_grad, or a loss that does not depend on the policy). A missing path gives None."""
-    inputs = [tensor for tensor in (log_prob, entropy) if tensor is not None and tensor.requires_grad]
-    if not (torch.is_grad_enabled() and loss.requires_grad and inputs):
-        return None
-    grads = iter(torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))
-    return tuple(next(grads) if tensor is not None and tensor.requires_grad else None for tensor in (log_prob, entropy))
-
-
-def gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: Optional[torch.Tensor]) -> float:
-    """|dL/dH| / (|dL/dlogp| + |dL/dH|) over the micro-batch (see module docstring)."""
-    through_entropy = float(grad_entropy.norm()) if grad_entropy is not None else 0.0
-    through_log_prob = float(grad_log_prob.norm()) if grad_log_prob is not None else 0.0
-    total = through_log_prob + through_entropy
-    return through_entropy / total if total > 0 else 0.0
-
-
-def _clip_range(config: Any) -> tuple[float, float]:
-    """verl's PPO clip range (``compute_policy_loss_vanilla``): clip_ratio_low / _high, else clip_ratio."""
+def _vanilla_clip(config: Any) -> gec_loss.VanillaClip:
+    """verl's vanilla PPO clipping from the actor config (``compute_policy_loss_vanilla``): clip_ratio_low /
+    _high, else clip_ratio; the dual clip's clip_ratio_c."""
     clip = config.clip_ratio
     low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
-    return float(clip if low is None else low), float(clip if high is None else high)
+    return gec_loss.VanillaClip(float(clip if low is None else low), float(clip if high is None else high), float(config.clip_ratio_c))
 
 
 def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor, config: Any) -> torch.Tensor:
@@ -221,11 +203,13 @@ def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor
     return tokens.sft_coef * nll
 
 
-def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch) -> Callable:
+def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: str) -> Callable:
     @functools.wraps(policy_loss_fn)
     def policy_loss(*args, **kwargs):
-        if args or "advantages" not in kwargs:
-            raise RuntimeError("edge_verl's loss hook expects verl's ppo_loss to call the policy loss with keywords")
+        if args or any(keyword not in kwargs for keyword in POLICY_LOSS_KEYWORDS):
+            raise RuntimeError(
+                f"edge_verl's loss hook expects verl's ppo_loss to call the policy loss with the keywords {POLICY_LOSS_KEYWORDS}"
+            )
         advantages, log_prob = kwargs["advantages"], kwargs["log_prob"]
         eda, gec = state.eda, state.gec
         if eda is not None:
@@ -240,17 +224,17 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch) -> Callable:
             kwargs["log_prob"], advantages = gec_loss.treat_injected(log_prob, advantages, injected, gec.injected_loss)
         kwargs["advantages"] = advantages
         loss, metrics = policy_loss_fn(**kwargs)
-        grads = gradients(loss, log_prob, eda.entropy if eda is not None else None)
+        grads = loss_gradients(loss, log_prob, eda.entropy if eda is not None else None)
         if eda is not None:
             if grads is not None:
-                eda.metrics["entropy_grad_share"] = gradient_share(*grads)
+                eda.metrics["entropy_grad_share"] = entropy_gradient_share(*grads)
             active = eda.active
             eda.metrics["loss_scale_mean"] = float(eda.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
         if gec is not None:
-            low, high = _clip_range(kwargs["config"])
+            clip = _vanilla_clip(kwargs["config"]) if loss_mode == names.VANILLA_POLICY_LOSS else None
             grad = None if grads is None else grads[0] if grads[0] is not None else torch.zeros_like(log_prob)
             gec.sums = gec_loss.origin_sums(
-                gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, low, high, grad
+                gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, clip, grad
             )
             if gec.injected_loss == "sft":
                 gec.sft_term = _sft_term(gec, log_prob, injected, kwargs["config"])
@@ -262,10 +246,11 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch) -> Callable:
 
 def _make_get_policy_loss_fn(original: Callable) -> Callable:
     def get_policy_loss_fn(name, *args, **kwargs):
-        # verl's own function, except inside a micro-batch the hook set up (EDA's scale, GEC's tokens)
+        # verl's own function, except inside a micro-batch the hook set up (EDA's scale, GEC's tokens);
+        # ``name`` is the loss mode verl runs (``policy_loss.loss_mode``)
         policy_loss_fn = original(name, *args, **kwargs)
         state = _CURRENT.get()
-        return policy_loss_fn if state is None else _make_policy_loss(policy_loss_fn, state)
+        return policy_loss_fn if state is None else _make_policy_loss(policy_loss_fn, state, str(name))
 
     return get_policy_loss_fn
 

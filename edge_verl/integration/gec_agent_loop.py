@@ -51,6 +51,7 @@ import asyncio
 import functools
 import inspect
 import time
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Optional
 from uuid import uuid4
@@ -65,10 +66,10 @@ from edge_verl.algorithms.gec import (
     REGENERATE,
     REPLACE_SOLUTION,
     CorrectionRecord,
+    GroupRendezvous,
     PlaceboProblem,
     decide_correction,
     decision_rng,
-    group_rendezvous,
     injected_answer_text,
     placebo_candidates,
     placebo_rng,
@@ -95,6 +96,22 @@ def sample_index(kwargs: dict) -> int:
         f"edge_gec got neither session_id (v1 trainer) nor {SAMPLE_INDEX_COLUMN} (legacy trainer, added by the "
         "edge_verl plugin when algorithm.edge_gec.enable=True): decisions would not be reproducible."
     )
+
+
+# verl's AgentLoopWorker builds one loop object per trajectory (``_run_agent_loop``), so siblings share no
+# loop object; they share the worker's event loop, on which ``generate_sequences`` runs every trajectory of
+# its batch as a task. Hence one rendezvous per event loop, held weakly: it goes with its loop, and between
+# rollouts it holds no group (see GroupRendezvous).
+_RENDEZVOUS_BY_LOOP: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupRendezvous]" = weakref.WeakKeyDictionary()
+
+
+def group_rendezvous() -> GroupRendezvous:
+    """The running event loop's rendezvous (created on first use)."""
+    loop = asyncio.get_running_loop()
+    rendezvous = _RENDEZVOUS_BY_LOOP.get(loop)
+    if rendezvous is None:
+        rendezvous = _RENDEZVOUS_BY_LOOP[loop] = GroupRendezvous()
+    return rendezvous
 
 
 def _token_ids(value: Any) -> list[int]:

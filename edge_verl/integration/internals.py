@@ -3,11 +3,13 @@ patches or relies on, on the books: one ``PatchTable`` per layer, and the one ``
 
 A table maps a module to attribute paths and the parameters relied on: for a function or method, its
 leading parameters in order (the wrappers pass them through positionally); for a class, constructor fields
-that must exist (built and read by keyword). An empty tuple checks existence only. ``patched`` lists what
-the layer replaces, ``read`` what it calls or reads as it is. ``PatchTable.wrap`` refuses an attribute that
-is not in ``patched``, so a patch cannot exist without its entry; ``find_internal_mismatches`` (the
-internals test and ``edge-verl doctor``) checks every entry against the installed packages, looking
-through the plugin's own wrappers (``__wrapped__``) so that a patch does not hide an upstream change.
+that must exist (built and read by keyword). An empty tuple checks existence only. What no parameter list
+shows (how verl calls a function, a value copied from verl's code) follows the names as ``Relied`` checks
+of the attribute's source or value (``edge_verl.source_checks``). ``patched`` lists what the layer
+replaces, ``read`` what it calls or reads as it is. ``PatchTable.wrap`` refuses an attribute that is not in
+``patched``, so a patch cannot exist without its entry; ``find_internal_mismatches`` (the internals test
+and ``edge-verl doctor``) checks every entry against the installed packages, looking through the plugin's
+own wrappers (``__wrapped__``) so that a patch does not hide an upstream change.
 
 Two layers: ``CORE`` (the plugin every verl process loads: estimators, trainer adapters, actor loss, agent
 loop) below, and ``edge_verl.integration.cpu.CPU_BACKEND`` (``EDGE_VERL_CPU=1`` only). No verl import.
@@ -21,9 +23,13 @@ import importlib.util
 import inspect
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
-InternalsTable = Mapping[str, Mapping[str, tuple[str, ...]]]
+from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP
+from edge_verl.integration import names
+from edge_verl.source_checks import Relied, calls_by_keyword, calls_with_constant, clamps, registry_of, sets_keys_before
+
+InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 # The mark a replacement carries: the (module, path) entry it was installed under.
 PATCH_MARK = "__edge_verl_patch__"
 
@@ -49,9 +55,9 @@ class PatchTable:
     read: InternalsTable = field(default_factory=dict)
     applied: set[tuple[str, str]] = field(default_factory=set)
 
-    def entries(self) -> dict[str, dict[str, tuple[str, ...]]]:
-        """``patched`` and ``read`` as one table (what must exist with these parameters)."""
-        merged: dict[str, dict[str, tuple[str, ...]]] = {}
+    def entries(self) -> dict[str, dict[str, tuple[Union[str, Relied], ...]]]:
+        """``patched`` and ``read`` as one table (what must exist with these parameters and behaviours)."""
+        merged: dict[str, dict[str, tuple[Union[str, Relied], ...]]] = {}
         for table in (self.patched, self.read):
             for module_name, attributes in table.items():
                 merged.setdefault(module_name, {}).update(attributes)
@@ -128,13 +134,24 @@ def find_internal_mismatches(table: InternalsTable, skip_uninstalled: bool = Fal
             except AttributeError:
                 problems.append(f"{qualified_name}: missing")
                 continue
-            problem = signature_problem(qualified_name, target, expected)
+            parameters = tuple(item for item in expected if isinstance(item, str))
+            problem = signature_problem(qualified_name, target, parameters)
             if problem is not None:
                 problems.append(problem)
+            for relied in (item for item in expected if isinstance(item, Relied)):
+                problem = relied.check(inspect.unwrap(target))
+                if problem is not None:
+                    problems.append(f"{qualified_name}: {relied.what}: {problem}")
     return problems
 
 
 _ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
+_PPO_LOSS = ("config", "model_output", "data", "dp_group")
+# verl's policy-loss convention (core_algos.PolicyLossFn): ppo_loss passes exactly these by keyword, and
+# every registered loss takes them; the loss hook reads old_log_prob, log_prob, advantages, response_mask, config.
+POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
+# The actor loss's metric keys reach the trainer prefixed by verl's rename_dict (the hook writes gec/..., edge_eda/...).
+_PREFIXES_ACTOR_METRICS = calls_with_constant("rename_dict", f"{names.ACTOR_METRIC_PREFIX}/")
 
 CORE = PatchTable(
     layer="core plugin",
@@ -145,7 +162,7 @@ CORE = PatchTable(
             "compute_advantage": _ADVANTAGE,
             "compute_data_metrics": ("batch", "use_critic"),
             "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
-            "RayPPOTrainer._update_actor": ("self", "batch"),
+            "RayPPOTrainer._update_actor": ("self", "batch", _PREFIXES_ACTOR_METRICS),
             "RayPPOTrainer._load_checkpoint": ("self",),
             "RayPPOTrainer._save_checkpoint": ("self",),
             "RayPPOTrainer.fit": ("self",),
@@ -155,24 +172,37 @@ CORE = PatchTable(
         "verl.trainer.ppo.v1.trainer_base": {
             "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
             "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
-            "PPOTrainer._update_actor": ("self", "batch", "metrics"),
+            "PPOTrainer._update_actor": ("self", "batch", "metrics", _PREFIXES_ACTOR_METRICS),
             "PPOTrainer._load_checkpoint": ("self",),
             "PPOTrainer._save_checkpoint": ("self",),
         },
         "verl.experimental.agent_loop.agent_loop": {"AgentLoopManager.generate_sequences": ("self", "prompts")},
-        # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import
+        # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import.
+        # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
+        # which ppo_loss sets per micro-batch before it calls the policy loss.
         "verl.workers.utils.losses": {
-            "ppo_loss": ("config", "model_output", "data", "dp_group"),
+            "ppo_loss": (
+                *_PPO_LOSS,
+                sets_keys_before("config.global_batch_info", ("dp_size", "batch_num_tokens"), "policy_loss_fn"),
+                calls_by_keyword("policy_loss_fn", POLICY_LOSS_KEYWORDS),
+            ),
             "get_policy_loss_fn": ("name",),
         },
-        "verl.workers.engine_workers": {"ppo_loss": ("config", "model_output", "data", "dp_group")},
-        "verl.trainer.distillation.losses": {"ppo_loss": ("config", "model_output", "data", "dp_group")},
+        "verl.workers.engine_workers": {"ppo_loss": _PPO_LOSS},
+        "verl.trainer.distillation.losses": {"ppo_loss": _PPO_LOSS},
     },
     read={
         "verl.trainer.ppo.core_algos": {
             "register_adv_est": ("name_or_enum",),
             "get_adv_estimator_fn": ("name_or_enum",),
             "ADV_ESTIMATOR_REGISTRY": (),
+            "POLICY_LOSS_REGISTRY": (registry_of(POLICY_LOSS_KEYWORDS, **{names.VANILLA_POLICY_LOSS: "compute_policy_loss_vanilla"}),),
+            # GEC's per-origin ratio statistics recompute verl's ratio, and its vanilla_clip_frac verl's clipping
+            "compute_policy_loss_vanilla": (*POLICY_LOSS_KEYWORDS, clamps("negative_approx_kl", -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)),
+        },
+        # what the loss hook reads of the actor config (clip range and dual clip for vanilla_clip_frac)
+        "verl.workers.config.actor": {
+            "ActorConfig": ("global_batch_info", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss"),
         },
         "verl.trainer.ppo.v1.trainer_base": {
             "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
@@ -186,6 +216,9 @@ CORE = PatchTable(
             "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
         },
         "verl.experimental.agent_loop.single_turn_agent_loop": {"SingleTurnAgentLoop.run": ("self", "sampling_params")},
+        # the GEC loop's end tokens: the model's generation config, read as verl's HFModelConfig reads it
+        "verl.utils.model": {"get_generation_config": ("model", "trust_remote_code")},
+        "verl.utils.fs": {"copy_to_local": ("src",)},
         "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
         "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
         "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},

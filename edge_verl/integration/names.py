@@ -53,10 +53,24 @@ EDA_OPTIONS_KEY = "edge_eda_loss_options"
 # Per-origin diagnostics are logged as ``actor/gec/<origin>/<statistic>``.
 GEC_ORIGIN_COLUMN = "edge_gec_token_origin"
 GEC_LOSS_OPTIONS_KEY = "edge_gec_loss_options"
-GEC_ACTOR_SCOPE = "actor/gec"
 
-# Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage.
+# verl's trainers prefix the actor update's metrics with "actor/" (``rename_dict``): the loss hook writes
+# ``gec/...`` and ``edge_eda/...``, the trainer adapters read ``actor/gec/...`` and ``actor/edge_eda/...``.
+ACTOR_METRIC_PREFIX = "actor"
+GEC_LOSS_SCOPE = "gec"
+GEC_ACTOR_SCOPE = f"{ACTOR_METRIC_PREFIX}/{GEC_LOSS_SCOPE}"
+# verl's ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included): the only mode whose clipping
+# GEC's per-origin ``vanilla_clip_frac`` recomputes.
+VANILLA_POLICY_LOSS = "vanilla"
+
+# verl's names for the estimators' per-token inputs in a batch -> the plugin's names. verl calls the old
+# policy's entropy "entropys" in the legacy trainer and "entropy" in the v1 trainer.
+BATCH_KEYS = {"entropys": "entropy", "entropy": "entropy", "old_log_probs": "old_log_probs"}
+
+# Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage,
+# and the ``meta_info`` key under which the step's metrics travel from compute_advantage to compute_data_metrics.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
+STEP_METRICS_KEY = "edge_verl_step_metrics"
 
 # Prefix of every metric the plugin adds to verl's step metrics.
 METRIC_PREFIX = "edge_verl"

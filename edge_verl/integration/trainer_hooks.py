@@ -42,8 +42,6 @@ from edge_verl.integration.run import TrainingRun, active_run, advantage_step, c
 from edge_verl.integration.state import restore_run_state, save_state
 
 _RUN_ATTRIBUTE = "_edge_verl_run"
-# Legacy trainer: the step's metrics travel in the batch's meta_info from compute_advantage to compute_data_metrics.
-STEP_METRICS_KEY = "edge_verl_step_metrics"
 
 
 # --- the run (both trainers): created before the first rollout ------------------------------------------------
@@ -112,7 +110,7 @@ def _make_save_checkpoint(original: Callable) -> Callable:
     return _save_checkpoint
 
 
-_LOSS_HOOK_METRIC = f"actor/{names.EDA_ESTIMATOR}/loss_scale_mean"
+_LOSS_HOOK_METRIC = f"{names.ACTOR_METRIC_PREFIX}/{names.EDA_ESTIMATOR}/loss_scale_mean"
 
 
 _GEC_HOOK_PREFIX = f"{names.GEC_ACTOR_SCOPE}/"
@@ -160,10 +158,10 @@ def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
 
 
 def step_inputs(data: Any) -> dict[str, torch.Tensor]:
-    """The estimator's per-token inputs in a verl batch, under the plugin's names (``estimators.BATCH_KEYS``);
+    """The estimator's per-token inputs in a verl batch, under the plugin's names (``names.BATCH_KEYS``);
     the legacy trainer's entropy copy is taken out of the batch."""
     batch = data.batch
-    inputs = {ours: batch[key] for key, ours in estimators.BATCH_KEYS.items() if key in batch.keys()}
+    inputs = {ours: batch[key] for key, ours in names.BATCH_KEYS.items() if key in batch.keys()}
     if names.ENTROPY_COPY_KEY in batch.keys():
         inputs["entropy"] = batch.pop(names.ENTROPY_COPY_KEY)
     return inputs
@@ -206,43 +204,25 @@ def gec_advantage_outputs(
     run: TrainingRun, step: Any, infos: list, uids: Any, response_mask: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor,
     entropy: Optional[torch.Tensor] = None,
 ) -> None:
-    """GEC at the advantage step (any estimator): each response token's origin and the injected tokens'
-    treatment for the actor loss (``integration/actor_loss.py``) into the step's loss columns and options,
-    and the statistics of the responses as sampled (``edge_verl/gec/sampled/*``, before correction) next to
-    those of the advantages as trained (``edge_verl/gec/final/*``) into its metrics. ``infos`` (B,): the
-    rows' ``extra_fields["edge_verl_gec"]`` (None for a row GEC did not run on); ``scores`` (B,) final rewards;
-    ``entropy`` (B, T): the old policy's per-token entropy, for ``gec/sampled/entropy`` (verl's actor/entropy
-    averages over every trained token, injected ones included)."""
-    from edge_verl.algorithms.gec import CorrectionRecord, token_origins
-    from edge_verl.algorithms.gec_loss import not_sampled, sampled_token_mean
-    from edge_verl.algorithms.group_stats import advantage_statistics, as_sampled_statistics, response_valid
+    """GEC at the advantage step (any estimator): ``gec_loss.advantage_step_outputs`` of the rows' records
+    (``infos`` (B,): each row's ``extra_fields["edge_verl_gec"]``, None where GEC did not run; ``scores`` (B,)
+    final rewards; ``entropy`` (B, T) the old policy's) into the step: each response token's origin and the
+    injected tokens' treatment as loss column and options (``integration/actor_loss.py``), the statistics as
+    sampled and as trained as ``edge_verl/gec/sampled/*`` and ``edge_verl/gec/final/*``."""
+    from edge_verl.algorithms.gec_loss import advantage_step_outputs
 
-    records = [CorrectionRecord.from_dict(info) if isinstance(info, dict) else None for info in infos]
-    mask = response_mask.to(torch.bool).cpu()
-    origins = torch.where(mask, token_origins(records, mask.shape[1]), 0)
-    injected, total = int((not_sampled(origins) & mask).sum()), int(mask.sum())
-    step.loss_columns[names.GEC_ORIGIN_COLUMN] = origins.to(torch.float32)
+    outputs = advantage_step_outputs(
+        infos, response_mask, advantages, scores, step.grouping(uids),
+        norm_by_std=run.norm_adv_by_std, epsilon=getattr(run.options, "std_epsilon", 1e-6), entropy=entropy,
+    )
+    step.loss_columns[names.GEC_ORIGIN_COLUMN] = outputs.origins
     step.loss_options[names.GEC_LOSS_OPTIONS_KEY] = {
         "injected_loss": run.gec.injected_loss,
         "sft_coef": run.gec.sft_coef,
-        "injected_share": injected / max(total, 1),
+        "injected_share": outputs.injected_share,
     }
-    final_scores = scores.detach().to(torch.float32).cpu()
-    sampled_scores = torch.tensor([float(s) if r is None else r.original_score for r, s in zip(records, final_scores.tolist())])
-    uncorrected = torch.tensor([r is None or r.branch is None for r in records])
-    group_index, num_groups, is_pad = step.grouping(uids)
-    valid = response_valid(mask, is_pad.cpu())
-    advantages = advantages.detach().to(torch.float32).cpu()
-    epsilon = getattr(run.options, "std_epsilon", 1e-6)
-    sampled = as_sampled_statistics(
-        sampled_scores, advantages, mask, group_index.cpu(), num_groups, valid, uncorrected,
-        norm_by_std=run.norm_adv_by_std, epsilon=epsilon,
-    )
-    final = advantage_statistics(advantages, mask, final_scores, group_index.cpu(), num_groups, valid)
-    if entropy is not None:
-        sampled["entropy"] = sampled_token_mean(entropy.detach().to(torch.float32).cpu(), origins, mask)
-    step.metrics.update(prefixed(sampled, "gec", "sampled"))
-    step.metrics.update(prefixed({"adv_var": final["var"], "zero_variance_group_frac": final["zero_variance_group_frac"]}, "gec", "final"))
+    step.metrics.update(prefixed(outputs.sampled, "gec", "sampled"))
+    step.metrics.update(prefixed(outputs.final, "gec", "final"))
 
 
 def finish_gec_actor_metrics(metrics: dict) -> None:
@@ -319,7 +299,7 @@ class LegacyAdapter:
             for key, column in step.loss_columns.items():  # the batch goes on to the actor as it is
                 data.batch[key] = column.to(data.batch["advantages"].dtype)
             data.meta_info.update(step.loss_options)
-            data.meta_info[STEP_METRICS_KEY] = step.metrics
+            data.meta_info[names.STEP_METRICS_KEY] = step.metrics
             return data
 
         return compute_advantage
@@ -331,7 +311,7 @@ class LegacyAdapter:
             run = current_run()
             if run is None:
                 return metrics
-            metrics.update(batch.meta_info.pop(STEP_METRICS_KEY, {}))
+            metrics.update(batch.meta_info.pop(names.STEP_METRICS_KEY, {}))
             if run.grader_metrics and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
                 metrics.update(grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
             infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY)

@@ -21,8 +21,9 @@ What OpenRLHF does not tell an executor, and how it is found:
 - the group: the n calls of a prompt share one ``sampling_params`` object and the prompt; a call's sample
   index is its arrival order, taken before the first ``await`` (gather starts its tasks in order); the
   group id is the prompt's hash and how many times this engine has seen it (decisions are reproducible
-  for the same prompt-to-engine assignment). ``scope=all_wrong_groups`` waits for the n verdicts in
-  ``algorithms.gec.GroupRendezvous``; n is ``gec.n_samples_per_prompt``.
+  for the same prompt-to-engine assignment). ``scope=all_wrong_groups`` waits for the n verdicts in the
+  executor's own ``algorithms.gec.GroupRendezvous`` (the n calls of a group run on this executor, as its
+  group ids are this executor's); n is ``gec.n_samples_per_prompt``.
 - training or evaluation: OpenRLHF evaluates through this executor with ``--eval.temperature``; a call whose
   temperature is not ``gec.rollout_temperature`` is evaluation and is NEVER corrected (the launcher refuses
   equal train and eval temperatures).
@@ -49,9 +50,9 @@ from edge_verl.algorithms.gec import (
     INJECT_ANSWER,
     REGENERATE,
     REPLACE_SOLUTION,
+    GroupRendezvous,
     decide_correction,
     decision_rng,
-    group_rendezvous,
     injected_answer_text,
     strip_end_tokens,
 )
@@ -100,6 +101,7 @@ class AgentExecutor(AgentExecutorBase):
         }
         self._entering: dict[tuple[int, str], list] = {}
         self._seen: Counter = Counter()
+        self.rendezvous = GroupRendezvous()
 
     def _enter(self, prompt: str, sampling_params: Any) -> tuple[str, int]:
         """(group id, sample index) of a training call; synchronous, so indices follow gather's order."""
@@ -144,7 +146,7 @@ class AgentExecutor(AgentExecutorBase):
         corrected, decision, group = None, None, [correct]
         if training:
             if self.gec.scope == "all_wrong_groups":
-                group = await group_rendezvous().wait_for_group(
+                group = await self.rendezvous.wait_for_group(
                     uid, index, self.options.n_samples_per_prompt, correct, self.gec.group_timeout_s
                 )
             _, answer, solution = label_parts(label)

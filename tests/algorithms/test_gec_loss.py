@@ -6,7 +6,17 @@ import pytest
 import torch
 
 from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, token_origins
-from edge_verl.algorithms.gec_loss import finish_origin_metrics, injected_nll, not_sampled, origin_sums, raw_keys, treat_injected
+from edge_verl.algorithms.gec_loss import (
+    VanillaClip,
+    advantage_step_outputs,
+    finish_origin_metrics,
+    injected_nll,
+    not_sampled,
+    origin_sums,
+    raw_keys,
+    treat_injected,
+    vanilla_clipped,
+)
 from edge_verl.algorithms.group_stats import as_sampled_statistics, group_index_from_uids
 
 S, C, P, A, SOL = range(5)
@@ -77,11 +87,11 @@ def test_origin_sums_have_every_key_for_every_origin_and_no_nan_on_empty_or_extr
     mask = torch.tensor([[1, 1, 0], [0, 0, 0]])  # one padded answer token, one empty row
     old = torch.tensor([[-1.0, -50.0, 0.0], [0.0, 0.0, 0.0]])
     new = torch.tensor([[-1.0, 10.0, 0.0], [0.0, 0.0, 0.0]])  # log-ratio 60: clamped to 20 as verl does
-    sums = origin_sums(origins, mask, old, new, torch.ones(2, 3), 0.2, 0.2, grad=torch.ones(2, 3))
-    assert set(sums) == {f"{origin}/{name}" for origin in ORIGINS for name in ("_tokens", "_old_logprob_sum", "_ratio_sum", "_clipped", "_grad_abs", "ratio_max")}
+    sums = origin_sums(origins, mask, old, new, torch.ones(2, 3), VanillaClip(0.2, 0.2, 3.0), grad=torch.ones(2, 3))
+    assert set(sums) == {f"{origin}/{name}" for origin in ORIGINS for name in ("_tokens", "_old_logprob_sum", "_ratio_sum", "_vanilla_clipped", "_grad_abs", "ratio_max")}
     assert all(np.isfinite(value) for value in sums.values())
     assert sums["answer/_tokens"] == 1 and sums["answer/_ratio_sum"] == pytest.approx(np.exp(20.0), rel=1e-5)
-    assert sums["answer/_clipped"] == 1 and sums["sampled/_clipped"] == 0 and sums["solution/_tokens"] == 0
+    assert sums["answer/_vanilla_clipped"] == 1 and sums["sampled/_vanilla_clipped"] == 0 and sums["solution/_tokens"] == 0
     finished = finish_origin_metrics({f"actor/gec/{key}": value for key, value in sums.items()}, "actor/gec")
     assert finished["actor/gec/answer/token_share"] == 0.5 and "actor/gec/solution/ratio_mean" not in finished
     assert len(raw_keys({f"actor/gec/{key}": 0 for key in sums} | {"actor/gec/sampled/token_share": 1}, "actor/gec")) == len(sums)
@@ -110,10 +120,10 @@ def test_ratio_max_is_the_max_over_the_update_on_both_trainers():
     # legacy hands lists per mini-batch, v1 hands values verl already reduced (mean; max for "max" keys).
     legacy = {
         "actor/gec/answer/_tokens": [2.0, 0.0], "actor/gec/answer/_ratio_sum": [2.6, 0.0],
-        "actor/gec/answer/_old_logprob_sum": [-3.0, 0.0], "actor/gec/answer/_clipped": [1.0, 0.0],
+        "actor/gec/answer/_old_logprob_sum": [-3.0, 0.0], "actor/gec/answer/_vanilla_clipped": [1.0, 0.0],
         "actor/gec/answer/ratio_max": [1.5, 0.0],
         "actor/gec/sampled/_tokens": [4.0, 6.0], "actor/gec/sampled/_ratio_sum": [4.0, 6.6],
-        "actor/gec/sampled/_old_logprob_sum": [-4.0, -6.0], "actor/gec/sampled/_clipped": [0.0, 1.0],
+        "actor/gec/sampled/_old_logprob_sum": [-4.0, -6.0], "actor/gec/sampled/_vanilla_clipped": [0.0, 1.0],
         "actor/gec/sampled/ratio_max": [1.0, 1.3],
     }
     v1 = {key: (max(values) if key.endswith("ratio_max") else sum(values) / len(values)) for key, values in legacy.items()}
@@ -125,3 +135,37 @@ def test_ratio_max_is_the_max_over_the_update_on_both_trainers():
     assert from_legacy["actor/gec/sampled/ratio_mean"] == pytest.approx(1.06)
     assert from_legacy["actor/gec/answer/ratio_mean"] == pytest.approx(1.3)
     assert from_legacy["actor/gec/answer/token_share"] == pytest.approx(2 / 12)
+
+
+def test_vanilla_clipping_is_verls_including_the_dual_clip():
+    # clip 0.2, dual clip 3: A > 0 is clipped above 1.2; A < 0 below 0.8 and (dual clip) above 3
+    ratio = torch.tensor([1.1, 1.3, 0.7, 0.9, 2.0, 3.5, 0.5, 5.0])
+    advantages = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 0.0])
+    clipped = vanilla_clipped(ratio, advantages, VanillaClip(0.2, 0.2, 3.0))
+    assert clipped.tolist() == [False, True, True, False, False, True, False, False]
+
+
+def test_other_loss_modes_get_no_clip_fraction():
+    origins, mask = torch.tensor([[S, A]]), torch.ones(1, 2)
+    sums = origin_sums(origins, mask, torch.zeros(1, 2), torch.tensor([[0.0, 1.0]]), torch.ones(1, 2), None)
+    assert not any("clipped" in key for key in sums)
+    finished = finish_origin_metrics({f"actor/gec/{key}": value for key, value in sums.items()}, "actor/gec")
+    assert "actor/gec/answer/ratio_mean" in finished and not any("clip" in key for key in finished)
+
+
+def test_advantage_step_outputs_lay_origins_on_the_response_and_count_the_injected_share():
+    # row 0 left as sampled (3 tokens), row 1 inject_answer: 1 sampled then 2 answer tokens; row 2: no GEC
+    infos = [_record().to_dict(), _record(INJECT_ANSWER, (1, 3)).to_dict(), None]
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    uids = np.array(["a", "a", "a"], dtype=object)
+    outputs = advantage_step_outputs(
+        infos, mask, torch.zeros(3, 4), torch.tensor([1.0, 1.0, 0.0]), group_index_from_uids(uids), norm_by_std=True, epsilon=1e-6,
+        entropy=torch.tensor([[0.5, 0.5, 0.5, 9.0], [0.2, 9.0, 9.0, 9.0], [0.2, 0.2, 9.0, 9.0]]),
+    )
+    assert outputs.origins.tolist() == [[S, S, S, 0], [S, A, A, 0], [S, S, 0, 0]]
+    assert outputs.injected_share == pytest.approx(2 / 8)
+    # as sampled: row 1 scored 0 before its correction, so the group is [1, 0, 0]
+    assert outputs.sampled["score_mean"] == pytest.approx(1 / 3)
+    # the sampled tokens' entropy: (3 x 0.5 + 0.2 + 2 x 0.2) / 6, the injected ones' 9 left out
+    assert outputs.sampled["entropy"] == pytest.approx(2.1 / 6)
+    assert set(outputs.final) == {"adv_var", "zero_variance_group_frac"}

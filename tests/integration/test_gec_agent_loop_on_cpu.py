@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from edge_verl.algorithms.gec import REFLECTION_PHRASE, CorrectionRecord, injected_answer_text
-from edge_verl.algorithms.gec import GroupRendezvous, group_rendezvous
-from edge_verl.integration.gec_agent_loop import check_gec_supported
+from edge_verl.algorithms.gec import GroupRendezvous
+from edge_verl.integration.gec_agent_loop import check_gec_supported, group_rendezvous
 
 pytestmark = pytest.mark.verl
 

@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.workers.config import FSDPActorConfig
+from verl.workers.config.actor import PolicyLossConfig
 from verl.workers.utils import losses
 
 from edge_verl.algorithms.gec import ORIGINS
@@ -39,10 +40,10 @@ def _mask():
     return (torch.arange(4)[None, :] < torch.tensor(LENGTHS)[:, None]).float()
 
 
-def _config(clip=0.2):
+def _config(clip=0.2, loss_mode="vanilla"):
     return FSDPActorConfig(
         strategy="fsdp2", ppo_mini_batch_size=3, ppo_micro_batch_size_per_gpu=3, rollout_n=3,
-        loss_agg_mode="token-mean", clip_ratio_low=clip, clip_ratio_high=clip,
+        loss_agg_mode="token-mean", clip_ratio_low=clip, clip_ratio_high=clip, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
     )
 
 
@@ -103,7 +104,7 @@ def test_hand_computed_gradient_shares_at_the_old_policy():
         assert metrics[f"actor/gec/{origin}/token_share"] == pytest.approx(count / N_TOKENS, abs=1e-6), origin
     # the old log-prob mean of the answer tokens: row 1 positions 2, 3 -> -(7 + 8) / 4 / 2
     assert metrics["actor/gec/answer/old_logprob_mean"] == pytest.approx(-15 / 8, abs=1e-6)
-    assert metrics["actor/gec/sampled/ratio_mean"] == pytest.approx(1.0) and metrics["actor/gec/sampled/clip_frac"] == 0.0
+    assert metrics["actor/gec/sampled/ratio_mean"] == pytest.approx(1.0) and metrics["actor/gec/sampled/vanilla_clip_frac"] == 0.0
     assert "actor/gec/solution/ratio_mean" not in metrics  # no tokens: no mean
     assert not any(key.rsplit("/", 1)[-1].startswith("_") for key in metrics), "raw sums are replaced"
     torch.testing.assert_close(grad, -torch.tensor(ADVANTAGES)[:, None] * _mask() / N_TOKENS)
@@ -143,13 +144,40 @@ def test_ratio_and_clip_statistics_per_origin_once_the_policy_moved():
     _, grad, metrics = _loss(log_prob, old)
     assert metrics["actor/gec/answer/ratio_mean"] == pytest.approx((1.5 + 1.1) / 2, rel=1e-5)
     assert metrics["actor/gec/answer/ratio_max"] == pytest.approx(1.5, rel=1e-5)
-    assert metrics["actor/gec/answer/clip_frac"] == pytest.approx(0.5)
-    assert metrics["actor/gec/continuation/clip_frac"] == pytest.approx(0.5)
+    assert metrics["actor/gec/answer/vanilla_clip_frac"] == pytest.approx(0.5)
+    assert metrics["actor/gec/continuation/vanilla_clip_frac"] == pytest.approx(0.5)
     assert metrics["actor/gec/continuation/ratio_mean"] == pytest.approx((0.5 + 1.0) / 2, rel=1e-5)
-    assert metrics["actor/gec/sampled/clip_frac"] == 0.0
+    assert metrics["actor/gec/sampled/vanilla_clip_frac"] == 0.0
     assert float(grad[1, 2]) == 0.0 and float(grad[2, 2]) == 0.0  # clipped tokens carry no gradient
     # |g| on the others: row 0 3 x 1, row 1 2 x 2 + 1.1 x 2, row 2 (S, P, C) 3 x 1 -> 12.2; answer 2.2 of it
     assert metrics["actor/gec/answer/grad_share"] == pytest.approx(2.2 / 12.2, rel=1e-5)
+
+
+def test_the_vanilla_clip_fraction_is_the_clipping_verls_own_loss_reports():
+    # verl's vanilla loss reports the tokens its clip removes as two disjoint fractions of the response tokens,
+    # pg_clipfrac (the clipped term wins) and pg_clipfrac_lower (dual clip: A < 0 and ratio > clip_ratio_c = 3):
+    # the per-origin fractions weighted by the origins' token shares must add up to their sum.
+    generator = torch.Generator().manual_seed(1)
+    dual_clipped = 0.0
+    for _ in range(5):
+        old = -torch.rand(3, 4, generator=generator) * 3
+        log_prob = (old + 1.5 * torch.randn(3, 4, generator=generator)).requires_grad_(True)
+        _, _, metrics = _loss(log_prob, old)
+        # verl's own keys already carry "actor/", which _loss prefixes once more
+        upper, lower = metrics["actor/actor/pg_clipfrac"][0], metrics["actor/actor/pg_clipfrac_lower"][0]
+        ours = sum(metrics.get(f"actor/gec/{o}/vanilla_clip_frac", 0.0) * metrics[f"actor/gec/{o}/token_share"] for o in ORIGINS)
+        assert ours == pytest.approx(upper + lower, abs=1e-6)
+        dual_clipped += lower
+    assert dual_clipped > 0, "the batches reach the dual clip"
+
+
+def test_another_loss_mode_gets_no_vanilla_clip_fraction():
+    # GSPO clips a sequence-level ratio: vanilla PPO's per-token clipping would be a wrong number
+    _, old = _old_policy()
+    log_prob = (old + 0.5).clone().requires_grad_(True)
+    _, _, metrics = _loss(log_prob, old, config=_config(loss_mode="gspo"))
+    assert metrics["actor/gec/sampled/ratio_mean"] == pytest.approx(np.exp(0.5), rel=1e-5)
+    assert not any("clip" in key for key in metrics if key.startswith("actor/gec/"))
 
 
 @pytest.mark.parametrize("mode", ["surrogate", "masked"])
@@ -191,15 +219,15 @@ def test_sums_reduced_over_several_mini_batches_give_token_weighted_statistics()
     # answer tokens 2 then 0, ratio sums 3.0 then 0 -> ratio mean 3.0 / 2 over the update, not (1.5 + 0) / 2
     raw = {
         "actor/gec/answer/_tokens": [2.0, 0.0], "actor/gec/answer/_ratio_sum": [3.0, 0.0],
-        "actor/gec/answer/_old_logprob_sum": [-2.0, 0.0], "actor/gec/answer/_clipped": [1.0, 0.0],
+        "actor/gec/answer/_old_logprob_sum": [-2.0, 0.0], "actor/gec/answer/_vanilla_clipped": [1.0, 0.0],
         "actor/gec/answer/_grad_abs": [1.0, 0.0], "actor/gec/answer/ratio_max": [1.6, 0.0],
         "actor/gec/sampled/_tokens": [2.0, 4.0], "actor/gec/sampled/_ratio_sum": [2.0, 4.0],
-        "actor/gec/sampled/_old_logprob_sum": [-1.0, -1.0], "actor/gec/sampled/_clipped": [0.0, 1.0],
+        "actor/gec/sampled/_old_logprob_sum": [-1.0, -1.0], "actor/gec/sampled/_vanilla_clipped": [0.0, 1.0],
         "actor/gec/sampled/_grad_abs": [1.0, 2.0], "actor/gec/sampled/ratio_max": [1.0, 1.0],
     }
     finished = finish_origin_metrics(raw, "actor/gec")
     assert finished["actor/gec/answer/ratio_mean"] == pytest.approx(1.5)
     assert finished["actor/gec/answer/token_share"] == pytest.approx(2 / 8)
-    assert finished["actor/gec/sampled/clip_frac"] == pytest.approx(1 / 6)
+    assert finished["actor/gec/sampled/vanilla_clip_frac"] == pytest.approx(1 / 6)
     assert finished["actor/gec/answer/grad_share"] + finished["actor/gec/sampled/grad_share"] == pytest.approx(1.0)
     assert finished["actor/gec/answer/grad_share"] == pytest.approx(0.5 / 2.0)

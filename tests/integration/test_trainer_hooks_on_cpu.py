@@ -1,7 +1,9 @@
 """The trainer wrappers in-process, with stand-ins only for what verl would call around them (the
-TransferQueue client, the wrapped original): gating, GEC's one switch, sample numbering, checkpoints."""
+TransferQueue client, the wrapped original): gating, GEC's one switch, sample numbering, checkpoints.
+The TransferQueue stand-in has verl's signatures and answers with its types (checked below)."""
 
 import asyncio
+import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,13 +11,15 @@ import pytest
 import torch
 
 from omegaconf import OmegaConf
+from tensordict import NonTensorStack, TensorDict
 from verl import DataProto
+from verl.trainer.ppo.v1 import trainer_base
 
 from edge_verl.algorithms.gec import decision_rng
 from edge_verl.integration import names, preflight, trainer_hooks
 from edge_verl.integration.gec_agent_loop import sample_index
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step
-from edge_verl.integration.trainer_hooks import STEP_METRICS_KEY, LegacyAdapter, V1Adapter
+from edge_verl.integration.trainer_hooks import LegacyAdapter, V1Adapter
 
 pytestmark = pytest.mark.verl
 
@@ -55,23 +59,43 @@ def _trainer(config, train=None, val=None):
     )
 
 
-class _RecordingTQ:
-    def __init__(self):
-        self.calls = []
+def _nested(*rows):
+    """A per-token field as the TransferQueue stores it: one row per response, on its own length."""
+    return torch.nested.as_nested_tensor([torch.as_tensor(row, dtype=torch.float32) for row in rows], layout=torch.jagged)
 
-    def kv_batch_get(self, **kwargs):
-        self.calls.append(kwargs)
-        raise AssertionError("a plugin hook fetched from the TransferQueue")
+
+class _TransferQueue:
+    """verl's TransferQueue client (``trainer_base.tq``) holding one step's fields, called as the adapters call
+    it and answering with the types transfer_queue answers with: ``kv_batch_get`` a TensorDict of the selected
+    fields (per-token fields nested as stored, non-tensor fields a NonTensorStack), ``kv_batch_put`` a
+    KVBatchMeta. ``test_the_stand_in_transfer_queue_has_verls_signatures_and_types`` checks both against
+    transfer_queue's own functions."""
+
+    def __init__(self, **stored):
+        self.stored, self.gets, self.puts = stored, [], []
+
+    def kv_batch_get(self, keys: list[str] | str, partition_id: str, select_fields: list[str] | str | None = None) -> TensorDict:
+        self.gets.append(select_fields)
+        fields = {name: NonTensorStack(*value) if isinstance(value, list) else value for name, value in self.stored.items() if name in select_fields}
+        return TensorDict(fields, batch_size=[len(keys)])
+
+    def kv_batch_put(self, keys: list[str], partition_id: str, fields: TensorDict | None = None, tags=None, data_parser=None) -> trainer_base.KVBatchMeta:
+        self.puts.append((keys, partition_id, fields))
+        return trainer_base.KVBatchMeta(keys=list(keys), tags=tags or [{} for _ in keys], partition_id=partition_id, fields=list(fields.keys()))
 
 
 _BATCH = SimpleNamespace(keys=["k0"], tags=[{}], partition_id="train")
 
 
-class _Fetched(dict):
-    """What tq.kv_batch_get returns, as far as the hooks read it."""
-
-    def to_padded_tensor(self):
-        return self
+@pytest.mark.parametrize("name", [name for name in vars(_TransferQueue) if not name.startswith("_")])
+def test_the_stand_in_transfer_queue_has_verls_signatures_and_types(name):
+    real, ours = inspect.signature(getattr(trainer_base.tq, name)), inspect.signature(getattr(_TransferQueue, name))
+    described = lambda parameters: [(p.name, p.kind, p.default) for p in parameters]  # noqa: E731
+    assert described(list(ours.parameters.values())[1:]) == described(real.parameters.values())
+    assert ours.return_annotation is real.return_annotation
+    tq = _TransferQueue(response_mask=_nested([1, 1], [1]), extra_fields=[{}, {}])
+    answer = tq.kv_batch_get(["k0", "k1"], "train", ["response_mask"]) if name == "kv_batch_get" else tq.kv_batch_put(["k0"], "train", TensorDict({}, batch_size=[1]))
+    assert isinstance(answer, real.return_annotation)
 
 
 # --- a plain verl run is untouched -------------------------------------------------------------------------
@@ -82,7 +106,7 @@ EDGE_REWARD = {"reward": {"custom_reward_function": {"path": "pkg://edge_verl.re
 
 @pytest.mark.parametrize("reward", [{}, EDGE_REWARD], ids=["verl_reward", "edge_verl_reward"])
 def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_path, reward):
-    tq, called = _RecordingTQ(), []
+    tq, called = _TransferQueue(), []
     trainer = _trainer(OmegaConf.merge(_config("grpo", tmp_path=tmp_path), reward))
 
     def original(self, batch, metrics, *args):
@@ -95,7 +119,7 @@ def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_pat
     adapter.compute_metrics(original)(trainer, _BATCH, metrics, {}, 1, 0)
     trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
     assert trainer_hooks.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
-    assert tq.calls == [] and len(called) == 2 and metrics == {}
+    assert tq.gets == tq.puts == [] and len(called) == 2 and metrics == {}
     assert list(tmp_path.iterdir()) == []
 
 
@@ -108,23 +132,16 @@ def test_plain_grpo_gets_verls_policy_loss_functions_unwrapped():
 
 
 def test_gepo_with_pooled_log_probs_fetches_nothing_extra_and_saves_its_thresholds(tmp_path):
-    tq = _RecordingTQ()
+    tq = _TransferQueue()
     trainer = _trainer(_config("gepo", tmp_path=tmp_path))
     V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, _BATCH, {})
     trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
-    assert tq.calls == []
+    assert tq.gets == tq.puts == []
     assert (tmp_path / "global_step_1" / names.STATE_FILE).exists()
 
 
 def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
-    class TQ:
-        calls = []
-
-        def kv_batch_get(self, **kwargs):
-            self.calls.append(kwargs["select_fields"])
-            return _Fetched({"entropy": torch.ones(1, 3), "response_mask": torch.ones(1, 3)})
-
-    tq = TQ()
+    tq = _TransferQueue(entropy=_nested([1, 1, 1]), response_mask=_nested([1, 1, 1]))
     trainer = _trainer(_config("edge_eda"))
     seen = {}
 
@@ -138,7 +155,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
 
     metrics = {}
     V1Adapter(tq).compute_advantage(original)(trainer, _BATCH, metrics)
-    assert tq.calls == [["entropy", "response_mask"]]
+    assert tq.gets == [["entropy", "response_mask"]] and tq.puts == []
     assert torch.equal(seen["entropy"], torch.ones(1, 3)) and metrics == {"edge_verl/edge_eda/x": 1.0}
 
 
@@ -272,13 +289,13 @@ def test_legacy_advantage_stats_for_verl_grpo_when_asked_and_only_then():
 
     with active_run(TrainingRun.from_config(OmegaConf.create(ASKED))):
         out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
-    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
-    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/zero_variance_group_frac"] == 0.5
+    assert out.meta_info[names.STEP_METRICS_KEY]["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    assert out.meta_info[names.STEP_METRICS_KEY]["edge_verl/adv/zero_variance_group_frac"] == 0.5
     plain = TrainingRun.from_config(GRPO)
     assert not plain.opens_advantage_step
     with active_run(plain):
         out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
-    assert STEP_METRICS_KEY not in out.meta_info
+    assert names.STEP_METRICS_KEY not in out.meta_info
 
 
 def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
@@ -290,7 +307,7 @@ def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
     # 1 correct of 8 responses; group b has no correct response (all-wrong), no group is all-right
     outcomes = {key: step.metrics[f"edge_verl/adv/{key}"] for key in ("score_mean", "correct_frac", "all_wrong_group_frac", "all_right_group_frac")}
     assert outcomes == {"score_mean": 0.125, "correct_frac": 0.125, "all_wrong_group_frac": 0.5, "all_right_group_frac": 0.0}
-    assert STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
+    assert names.STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
 
 
 def test_legacy_per_source_statistics_split_the_batch_by_its_data_source_column():
@@ -301,7 +318,7 @@ def test_legacy_per_source_statistics_split_the_batch_by_its_data_source_column(
     batch.batch["old_log_probs"] = torch.full((8, 3), -0.25)
     with active_run(TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"per_source": True}}))):
         out = ray_trainer.compute_advantage(batch, "grpo", num_repeat=4, config=GRPO)
-    metrics = out.meta_info[STEP_METRICS_KEY]
+    metrics = out.meta_info[names.STEP_METRICS_KEY]
     assert metrics["edge_verl/by_source/x/score_mean"] == 0.25 and metrics["edge_verl/by_source/y/score_mean"] == 0.0
     assert metrics["edge_verl/by_source/x/all_wrong_group_frac"] == 0.0 and metrics["edge_verl/by_source/y/all_wrong_group_frac"] == 1.0
     assert metrics["edge_verl/by_source/x/sampled_entropy"] == pytest.approx(0.25)  # -log pi_old of every sampled token
@@ -355,28 +372,17 @@ def test_grader_metrics_are_on_when_the_run_grades_with_edge_verls_reward(reward
     assert preflight.check_run_config(config).grader_metrics is expected
 
 
-class _ExtraFieldsTQ:
-    def __init__(self, extra_fields):
-        self.extra_fields, self.calls = extra_fields, []
-
-    def kv_batch_get(self, **kwargs):
-        self.calls.append(kwargs)
-        column = np.empty(len(self.extra_fields), dtype=object)
-        column[:] = self.extra_fields
-        return {"extra_fields": column}
-
-
 def test_v1_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
     # a run that uses the plugin (here: its metrics, as the recipes' GRPO baselines do) and grades with its reward
     config = OmegaConf.merge(_config("grpo"), EDGE_REWARD, {"algorithm": {"edge_metrics": {"advantage_stats": True}}})
     trainer = _trainer(config)
     # 4 samples: 2 decided in the caller, 1 by a worker, 1 cut at its deadline (v1 pads a missing key with None)
     extra = [{"reward_extra_info": {"grader": outcome}} for outcome in ("caller", "worker", "caller", "deadline")] + [{}]
-    tq = _ExtraFieldsTQ(extra)
+    tq = _TransferQueue(extra_fields=extra, uid=["u"] * 5)
     batch = SimpleNamespace(keys=["k0", "k1", "k2", "k3", "k4"], tags=[{}] * 5, partition_id="train")
     metrics = {}
     V1Adapter(tq).compute_metrics(lambda self, batch, metrics, *a: None)(trainer, batch, metrics)
-    assert tq.calls[0]["select_fields"] == ["extra_fields"]  # no GEC: nothing else is fetched
+    assert tq.gets == [["extra_fields"]]  # no GEC: nothing else is fetched
     assert metrics == {
         "edge_verl/grader/caller": 0.5, "edge_verl/grader/worker": 0.25, "edge_verl/grader/deadline": 0.25,
         "edge_verl/grader/waiting": 0.0, "edge_verl/grader/no_answer": 0.0, "edge_verl/grader/crashed": 0.0,
@@ -407,17 +413,6 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
     from tensordict import TensorDict
 
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    nested_mask = torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
-
-    class TQ:
-        puts = []
-
-        def kv_batch_get(self, **kwargs):
-            return _Fetched({"entropy": torch.full((2, 3), 0.5), "response_mask": nested_mask})
-
-        def kv_batch_put(self, keys, partition_id, fields):
-            self.puts.append((keys, partition_id, fields))
-            return SimpleNamespace(keys=keys, partition_id=partition_id, extra_info={})
 
     def original(self, batch, metrics):
         from edge_verl.integration.run import current_step
@@ -427,7 +422,7 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
         step.loss_options = {names.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
         return batch
 
-    tq = TQ()
+    tq = _TransferQueue(entropy=_nested([0.5, 0.5], [0.5, 0.5, 0.5]), response_mask=_nested([1, 1], [1, 1, 1]))
     batch = SimpleNamespace(keys=["k0", "k1"], tags=[{}, {}], partition_id="train", extra_info={"temperature": 1.0})
     trainer = _trainer(_config("edge_eda"))
     result = V1Adapter(tq).compute_advantage(original)(trainer, batch, {})
@@ -482,3 +477,32 @@ def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():
     check_loss_hook_ran(run(adv_estimator="grpo", edge_gec={**gec, "injected_loss": "sft"}), ["actor/gec/sampled/token_share"])
     with pytest.raises(RuntimeError, match="entropy_gradient=True"):
         check_loss_hook_ran(run(adv_estimator="edge_eda", edge_eda={"entropy_gradient": True}), ["actor/pg_loss"])
+
+
+def test_v1_gec_step_reads_the_rollouts_records_from_the_transfer_queue_and_puts_the_token_origins_back():
+    from edge_verl.algorithms.gec import ORIGINS, CorrectionRecord
+
+    def record(branch, score, span):
+        return CorrectionRecord(
+            branch=branch, reason="corrected" if branch else "correct", fallback=False, original_correct=branch is None,
+            original_score=score, original_length=2, injected_start=span[0], injected_end=span[1], all_wrong_group=False,
+            prompt_length=3, sample_seconds=0.0, correction_seconds=0.0,
+        ).to_dict()
+
+    # one group of two: row 0 as sampled (score 1), row 1 given the answer on its last two of 3 tokens (0 before, 1 after)
+    extra = [{names.GEC_INFO_KEY: record(None, 1.0, (0, 0))}, {names.GEC_INFO_KEY: record("inject_answer", 0.0, (1, 3))}]
+    tq = _TransferQueue(
+        extra_fields=extra, uid=["g", "g"], response_mask=_nested([1, 1], [1, 1, 1]), advantages=_nested([0, 0], [0, 0, 0]),
+        rm_scores=_nested([0, 1], [0, 0, 1]), entropy=_nested([0.5, 0.5], [0.5, 3.0, 3.0]),
+    )
+    trainer = _trainer(_config("grpo", gec={"enable": True}), train=GEC_ROWS)
+    batch = SimpleNamespace(keys=["k0", "k1"], tags=[{}, {}], partition_id="train", extra_info={})
+    metrics = {}
+    stored = V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, batch, metrics)
+    ((_, _, fields),) = tq.puts
+    first, second = fields[names.GEC_ORIGIN_COLUMN].unbind()
+    answer = ORIGINS.index("answer")
+    assert first.tolist() == [0.0, 0.0] and second.tolist() == [0.0, answer, answer]
+    assert stored.extra_info[names.GEC_LOSS_OPTIONS_KEY]["injected_share"] == pytest.approx(2 / 5)
+    # as sampled the group scored [1, 0]; the sampled tokens' entropy is 0.5 (the injected 3.0 left out)
+    assert metrics["edge_verl/gec/sampled/score_mean"] == 0.5 and metrics["edge_verl/gec/sampled/entropy"] == pytest.approx(0.5)

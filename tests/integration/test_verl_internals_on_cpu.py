@@ -120,3 +120,46 @@ def test_hooks_are_installed_on_the_verl_modules():
     assert not hasattr(trainer_base.PPOTrainer.fit, PATCH_MARK)  # the v1 adapter needs no current run
     assert hasattr(ray_trainer.RayPPOTrainer._save_checkpoint, PATCH_MARK)
     assert hasattr(agent_loop.AgentLoopManager.generate_sequences, PATCH_MARK)
+
+
+def test_a_changed_behaviour_behind_unchanged_parameters_is_caught(monkeypatch):
+    import torch
+    from verl.trainer.ppo import core_algos
+    from verl.workers.utils import losses
+
+    def ppo_loss(config, model_output, data, dp_group=None):  # an upgrade: positional call, token count set after it
+        config.global_batch_info["dp_size"] = data["dp_size"]
+        loss = policy_loss_fn(data["old_log_probs"], model_output["log_probs"], data["advantages"], response_mask=None,
+                              loss_agg_mode="token-mean", config=config, rollout_is_weights=None)
+        config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]
+        return loss
+
+    def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights):
+        negative_approx_kl = log_prob - old_log_prob
+        negative_approx_kl = torch.clamp(negative_approx_kl, min=-10.0, max=10.0)  # a new bound the plugin does not copy
+        return negative_approx_kl
+
+    policy_loss_fn = None
+    monkeypatch.setattr(losses, "ppo_loss", ppo_loss)
+    monkeypatch.setattr(core_algos, "compute_policy_loss_vanilla", compute_policy_loss_vanilla)
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "mine", lambda old_log_prob, log_prob, advantages: None)
+    entries = CORE.entries()
+    problems = find_internal_mismatches({name: entries[name] for name in ("verl.workers.utils.losses", "verl.trainer.ppo.core_algos")})
+    expected = [
+        "['batch_num_tokens'] not assigned before the call of policy_loss_fn",
+        "passes 3 positional and the keywords ['response_mask', 'loss_agg_mode', 'config', 'rollout_is_weights']",
+        "'mine' takes ('old_log_prob', 'log_prob', 'advantages')",
+        "clamps to [-10.0, 10.0], the plugin's copy is [-20.0, 20.0]",
+    ]
+    assert len(problems) == len(expected) and all(sum(text in line for line in problems) == 1 for text in expected), problems
+
+
+def test_the_actor_metric_prefix_is_checked_in_both_trainers_update(monkeypatch):
+    from verl.trainer.ppo import ray_trainer
+
+    def _update_actor(self, batch):  # an upgrade that logs the actor's metrics under another prefix
+        return rename_dict(batch, "policy/")  # noqa: F821
+
+    monkeypatch.setattr(ray_trainer.RayPPOTrainer, "_update_actor", _update_actor)
+    problems = find_internal_mismatches({"verl.trainer.ppo.ray_trainer": CORE.entries()["verl.trainer.ppo.ray_trainer"]})
+    assert problems == ["verl.trainer.ppo.ray_trainer.RayPPOTrainer._update_actor: calls rename_dict(..., 'actor/'): no call of rename_dict with 'actor/'"]
