@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from edge_verl.integration.names import EDA_ESTIMATOR, GEC_AGENT_LOOP, GEPO_ESTIMATOR
+from edge_verl.names import EDA_ESTIMATOR, GEC_AGENT_LOOP, GEPO_ESTIMATOR
 
 ESTIMATORS = ("grpo", EDA_ESTIMATOR, GEPO_ESTIMATOR)  # verl's built-in GRPO and the plugin's two
 KNOBS = ("edge", "gepo")  # whose training setup (recipes/lib/common.sh): EDGE-GRPO's or GEPO's

@@ -46,7 +46,7 @@ import torch
 from edge_verl.algorithms import gec_loss
 from edge_verl.algorithms.eda import entropy_gradient_scale, entropy_gradient_share, loss_gradients
 from edge_verl.algorithms.group_stats import masked_response_mean
-from edge_verl.integration import names
+from edge_verl import names
 from edge_verl.integration.internals import CORE, POLICY_LOSS_KEYWORDS
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from edge_verl.gpu_stack import CudaInfo, describe_gpu_stack, has_module, installed_version
-from edge_verl.integration import names
+from edge_verl import names
 from edge_verl.integration.cpu.overrides import cpu_backend_requested
 
 EXPECTED_ESTIMATORS: tuple[str, ...] = names.ESTIMATORS

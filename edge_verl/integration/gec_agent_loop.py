@@ -76,7 +76,7 @@ from edge_verl.algorithms.gec import (
     strip_end_tokens,
 )
 from edge_verl.config import GecConfig
-from edge_verl.integration.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
+from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
 from edge_verl.integration.preflight import check_budget, check_gec_supported, read_placebo_pool
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers

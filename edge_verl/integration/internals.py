@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any, Callable, Mapping, Union
 
 from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP
-from edge_verl.integration import names
+from edge_verl import names
 from edge_verl.source_checks import Relied, calls_by_keyword, calls_with_constant, clamps, registry_of, sets_keys_before
 
 InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]

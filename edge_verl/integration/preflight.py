@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from edge_verl.integration import names
+from edge_verl import names
 from edge_verl.config import GecConfig
 from edge_verl.integration.run import TrainingRun, bypass_mode_enabled, gec_options
 
@@ -126,14 +126,11 @@ def check_run_config(config: Any) -> TrainingRun:
     """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
     run = TrainingRun.from_config(config.algorithm)
     run.grader_metrics = uses_edge_reward(config)
-    if run.entropy_gradient:
+    why = run.entry.loss_entropy(run.options) if run.entry is not None else None
+    if why is not None:
         actor = config.actor_rollout_ref.actor
         if not (actor.get("calculate_entropy", False) or float(actor.get("entropy_coeff", 0.0) or 0.0) != 0.0):
-            raise ValueError(
-                "algorithm.edge_eda.entropy_gradient=True rescales the advantage inside the actor loss with the current "
-                "policy's entropy, which verl computes there only when asked: set "
-                "actor_rollout_ref.actor.calculate_entropy=True (or entropy_gradient=False for the detached form)."
-            )
+            raise ValueError(f"{why}; verl computes that entropy only when asked: set actor_rollout_ref.actor.calculate_entropy=True.")
     if run.gec_enabled:
         check_gec_supported(config)
     return run

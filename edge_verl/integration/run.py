@@ -15,7 +15,9 @@ Two scopes, both explicit objects:
 
 ``active_run`` makes a run current for the legacy trainer's ``fit`` (its advantage function and agent-loop
 manager have no reference to the trainer). Both "current" slots are ``contextvars.ContextVar``s: scoped,
-reset by the ``with`` blocks, and private to the thread.
+reset by the ``with`` blocks, and private to the thread. They, and the other values that travel by a
+channel verl's signatures do not show, are listed with their reasons in ARCHITECTURE.md ("How values
+travel").
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from typing import Any, Iterator, Mapping, Optional
 import torch
 from omegaconf import OmegaConf
 
-from edge_verl.algorithms.gepo import GepoThresholds
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig
-from edge_verl.integration import names
+from edge_verl import names
+from edge_verl.config import GecConfig, MetricsConfig
+from edge_verl.features import ESTIMATORS, GEC, VERL_GRPO_EPSILON, Estimator
 
 
 def config_section(config: Any, name: str) -> dict:
@@ -55,15 +57,15 @@ def norm_adv_by_std(algorithm_config: Any) -> bool:
     return bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)) if hasattr(algorithm_config, "get") else True
 
 
-def estimator_options(algorithm_config: Any, estimator: str) -> EdaConfig | GepoConfig:
-    """The validated options of one of the plugin's estimators from ``algorithm.<estimator>``."""
+def estimator_options(algorithm_config: Any, estimator: str) -> Any:
+    """The validated options of one of the plugin's estimators (``features.ESTIMATORS``) from
+    ``algorithm.<estimator>``."""
     if bypass_mode_enabled(algorithm_config):
         raise ValueError(
             f"algorithm.adv_estimator={estimator} needs the old-policy forward pass (per-token entropy / "
             "old_log_probs), which algorithm.rollout_correction.bypass_mode=True skips; set it to False."
         )
-    options_class = EdaConfig if estimator == names.EDA_ESTIMATOR else GepoConfig
-    return options_class.from_mapping(config_section(algorithm_config, estimator))
+    return ESTIMATORS[estimator].options(config_section(algorithm_config, estimator))
 
 
 def plugin_in_use(algorithm_config: Any) -> bool:
@@ -72,7 +74,7 @@ def plugin_in_use(algorithm_config: Any) -> bool:
     nothing on). Plain look-ups, nothing parsed: a plain verl run pays nothing."""
     if not hasattr(algorithm_config, "get"):
         return False
-    if str(algorithm_config.get("adv_estimator", "")) in names.ESTIMATORS:
+    if str(algorithm_config.get("adv_estimator", "")) in ESTIMATORS:
         return True
     sections = (algorithm_config.get(names.GEC_SECTION, None), algorithm_config.get(names.METRICS_SECTION, None))
     return any(section is not None and len(section) > 0 for section in sections)
@@ -80,24 +82,25 @@ def plugin_in_use(algorithm_config: Any) -> bool:
 
 def gec_options(algorithm_config: Any) -> GecConfig:
     """The validated ``algorithm.edge_gec`` options (``enable`` is GEC's one switch)."""
-    return GecConfig.from_mapping(config_section(algorithm_config, names.GEC_SECTION))
+    return GEC.options(config_section(algorithm_config, GEC.section))
 
 
 @dataclass
 class TrainingRun:
     """The plugin's view of one verl training run (see module docstring).
 
-    estimator: ``algorithm.adv_estimator``; options: its validated config when it is one of ours;
-    gec: the validated GEC options (``gec.enable`` says whether GEC is on); metrics: the extra metrics asked
-    for (``algorithm.edge_metrics``); thresholds: GEPO's state; grader_metrics: the run grades with
-    edge_verl's reward (log ``edge_verl/grader/*``).
+    estimator: ``algorithm.adv_estimator``; entry: its ``features.Estimator`` when it is one of ours, and
+    options its validated config; gec: the validated GEC options (``gec.enable`` says whether GEC is on);
+    metrics: the extra metrics asked for (``algorithm.edge_metrics``); state: the estimator's training state
+    (GEPO's thresholds; saved with every checkpoint under ``entry.state_key``); grader_metrics: the run
+    grades with edge_verl's reward (log ``edge_verl/grader/*``).
     """
 
     estimator: str
-    options: Optional[EdaConfig | GepoConfig]
+    options: Any
     gec: GecConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    thresholds: Optional[GepoThresholds] = None
+    state: Any = None
     grader_metrics: bool = False
     norm_adv_by_std: bool = True  # verl's algorithm.norm_adv_by_std_in_grpo
 
@@ -105,17 +108,25 @@ class TrainingRun:
     def from_config(cls, algorithm_config: Any) -> "TrainingRun":
         """Parse and validate ``config.algorithm`` once; errors name the key and the allowed values."""
         estimator = str(algorithm_config.get("adv_estimator", "") if hasattr(algorithm_config, "get") else "")
-        options = estimator_options(algorithm_config, estimator) if estimator in names.ESTIMATORS else None
-        thresholds = GepoThresholds(gamma=options.gamma, init=options.ema_init) if isinstance(options, GepoConfig) else None
-        metrics = MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION))
+        entry = ESTIMATORS.get(estimator)
+        options = estimator_options(algorithm_config, estimator) if entry is not None else None
         return cls(
             estimator=estimator,
             options=options,
             gec=gec_options(algorithm_config),
-            metrics=metrics,
-            thresholds=thresholds,
+            metrics=MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION)),
+            state=entry.state(options) if entry is not None and entry.state is not None else None,
             norm_adv_by_std=norm_adv_by_std(algorithm_config),
         )
+
+    @property
+    def entry(self) -> Optional[Estimator]:
+        return ESTIMATORS.get(self.estimator) if self.options is not None else None
+
+    @property
+    def std_epsilon(self) -> float:
+        """The epsilon of the estimator's GRPO normalisation (verl's for verl's estimators)."""
+        return self.entry.std_epsilon(self.options) if self.entry is not None else VERL_GRPO_EPSILON
 
     @property
     def uses_plugin_estimator(self) -> bool:
@@ -140,19 +151,26 @@ class TrainingRun:
         return self.uses_plugin_estimator or self.advantage_stats or self.per_source or self.gec_enabled
 
     @property
-    def needs_entropy(self) -> bool:
-        """The estimator reads the old policy's per-token entropy (EDA; GEPO with token_entropy)."""
-        if self.options is None:
-            return False
-        return self.estimator == names.EDA_ESTIMATOR or self.options.group_entropy == "token_entropy"
+    def token_inputs(self) -> tuple[str, ...]:
+        """The per-token inputs the estimator reads with its options (``features.TOKEN_INPUTS``)."""
+        return self.entry.inputs(self.options) if self.entry is not None else ()
 
     @property
-    def entropy_gradient(self) -> bool:
-        """EDA in the reference's form: the actor loss rescales the advantage with the current entropy."""
-        return isinstance(self.options, EdaConfig) and self.options.entropy_gradient
+    def needs_entropy(self) -> bool:
+        """The estimator reads the old policy's per-token entropy (EDA; GEPO with token_entropy)."""
+        return "entropy" in self.token_inputs
+
+    @property
+    def loss_metrics(self) -> tuple[tuple[str, str], ...]:
+        """(actor metric key, or key prefix ending in "/", without verl's "actor/"; the option that asks for
+        it) for each feature whose work these options move into the actor loss (EDA's gradient form, GEC's
+        masked / sft): an update must report it."""
+        wanted = [self.entry.loss_metric(self.options) if self.entry is not None else None, GEC.loss_metric(self.gec)]
+        return tuple(key for key in wanted if key is not None)
 
     def state_dict(self) -> dict:
-        return {"gepo_thresholds": self.thresholds.state_dict() if self.thresholds is not None else None}
+        """The estimator's state under its ``state_key`` ({} without state)."""
+        return {self.entry.state_key: self.state.state_dict()} if self.state is not None else {}
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The plugin's cross-step training state on disk: ``edge_verl_state.json`` in verl's checkpoint folders.
 
-Only a GEPO run has such state (its EMA thresholds, owned by the run's ``TrainingRun``); the trainer
+Only an estimator with training state has such a file (GEPO: its EMA thresholds, owned by the run's
+``TrainingRun``, ``features.Estimator.state``); the trainer
 hooks write the file next to verl's own checkpoint of every ``global_step_N`` and read it on resume.
 """
 
@@ -10,7 +11,7 @@ import json
 import os
 from typing import Optional
 
-from edge_verl.integration.names import STATE_FILE
+from edge_verl.names import STATE_FILE
 from edge_verl.integration.run import TrainingRun
 
 
@@ -34,19 +35,22 @@ def read_state(checkpoint_dir: str) -> Optional[dict]:
 
 
 def restore_run_state(run: TrainingRun, checkpoint_dir: str) -> None:
-    """Restore GEPO's thresholds saved in ``checkpoint_dir`` into ``run`` (nothing to do for other runs).
+    """Restore the estimator's training state saved in ``checkpoint_dir`` into ``run`` (nothing to do for an
+    estimator without state).
 
-    A checkpoint without thresholds is an error unless ``gepo.resume_without_state`` is set, in which
-    case the thresholds start afresh from the next batch.
+    A checkpoint without the state is an error unless the estimator's options accept it
+    (``Estimator.resume_without_state``: ``gepo.resume_without_state``), in which case the state starts
+    afresh from the next batch.
     """
-    if run.thresholds is None:
+    if run.state is None:
         return
-    saved = (read_state(checkpoint_dir) or {}).get("gepo_thresholds")
+    entry = run.entry
+    saved = (read_state(checkpoint_dir) or {}).get(entry.state_key)
     if saved is None:
-        if run.options.resume_without_state:
+        if entry.resume_without_state(run.options):
             return
         raise RuntimeError(
-            f"Resuming GEPO from {checkpoint_dir}, which holds no GEPO thresholds ({STATE_FILE}). Set "
-            "algorithm.gepo.resume_without_state=true to restart the thresholds from the next batch."
+            f"Resuming {entry.name} from {checkpoint_dir}, which holds no {entry.state_key} ({STATE_FILE}). Set "
+            f"algorithm.{entry.name}.resume_without_state=true to restart them from the next batch."
         )
-    run.thresholds.load_state_dict(saved)
+    run.state.load_state_dict(saved)

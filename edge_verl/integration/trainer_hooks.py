@@ -35,7 +35,9 @@ from typing import Any, Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from edge_verl.integration import actor_loss, estimators, names
+from edge_verl.integration import actor_loss, estimators
+from edge_verl import names
+from edge_verl.features import ESTIMATORS, GEC
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import check_gec_rows, check_run_config, preflight_or_exit
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step, current_run, current_step, plugin_in_use, prefixed
@@ -103,32 +105,29 @@ def _make_save_checkpoint(original: Callable) -> Callable:
     def _save_checkpoint(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
         run = run_of(self)
-        if run is not None and run.thresholds is not None:
+        if run is not None and run.state is not None:
             save_state(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"), run.state_dict())
         return result
 
     return _save_checkpoint
 
 
-_LOSS_HOOK_METRIC = f"{names.ACTOR_METRIC_PREFIX}/{names.EDA_ESTIMATOR}/loss_scale_mean"
-
-
-_GEC_HOOK_PREFIX = f"{names.GEC_ACTOR_SCOPE}/"
 _NOT_IN_WORKERS = "the edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
 
 
 def check_loss_hook_ran(run: Optional[TrainingRun], metric_keys: Iterable[str]) -> None:
-    """EDA's gradient form and GEC's masked / sft controls live in the actor workers' loss: an update
-    without their metrics means the plugin was not loaded there (the paper's surrogate, or the detached
-    form, would train silently)."""
+    """Work a feature moves into the actor workers' loss (EDA's gradient form, GEC's masked / sft controls;
+    ``TrainingRun.loss_metrics``) reports a metric there: an update without it means the plugin was not
+    loaded in the workers (the paper's surrogate, or the detached form, would train silently)."""
     if run is None:
         return
     keys = set(metric_keys)
-    if run.entropy_gradient and _LOSS_HOOK_METRIC not in keys:
-        raise RuntimeError(f"algorithm.edge_eda.entropy_gradient=True but the actor update reported no {_LOSS_HOOK_METRIC}: {_NOT_IN_WORKERS}")
-    control = run.gec.injected_loss
-    if run.gec_enabled and control != "surrogate" and not any(key.startswith(_GEC_HOOK_PREFIX) for key in keys):
-        raise RuntimeError(f"algorithm.edge_gec.injected_loss={control} but the actor update reported no {_GEC_HOOK_PREFIX}* metric: {_NOT_IN_WORKERS}")
+    for metric, option in run.loss_metrics:
+        wanted = f"{names.ACTOR_METRIC_PREFIX}/{metric}"
+        found = any(key.startswith(wanted) for key in keys) if wanted.endswith("/") else wanted in keys
+        if not found:
+            shown = wanted + "*" if wanted.endswith("/") else wanted
+            raise RuntimeError(f"{option} but the actor update reported no {shown} metric: {_NOT_IN_WORKERS}")
 
 
 def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
@@ -209,18 +208,12 @@ def gec_advantage_outputs(
     final rewards; ``entropy`` (B, T) the old policy's) into the step: each response token's origin and the
     injected tokens' treatment as loss column and options (``integration/actor_loss.py``), the statistics as
     sampled and as trained as ``edge_verl/gec/sampled/*`` and ``edge_verl/gec/final/*``."""
-    from edge_verl.algorithms.gec_loss import advantage_step_outputs
-
-    outputs = advantage_step_outputs(
+    outputs = GEC.step_outputs(
         infos, response_mask, advantages, scores, step.grouping(uids),
-        norm_by_std=run.norm_adv_by_std, epsilon=getattr(run.options, "std_epsilon", 1e-6), entropy=entropy,
+        norm_by_std=run.norm_adv_by_std, epsilon=run.std_epsilon, entropy=entropy,
     )
-    step.loss_columns[names.GEC_ORIGIN_COLUMN] = outputs.origins
-    step.loss_options[names.GEC_LOSS_OPTIONS_KEY] = {
-        "injected_loss": run.gec.injected_loss,
-        "sft_coef": run.gec.sft_coef,
-        "injected_share": outputs.injected_share,
-    }
+    step.loss_columns[GEC.loss_column] = outputs.origins
+    step.loss_options.update(GEC.loss_options(run.gec, outputs.injected_share))
     step.metrics.update(prefixed(outputs.sampled, "gec", "sampled"))
     step.metrics.update(prefixed(outputs.final, "gec", "final"))
 
@@ -228,10 +221,8 @@ def gec_advantage_outputs(
 def finish_gec_actor_metrics(metrics: dict) -> None:
     """The actor update's per-origin sums (``actor/gec/<origin>/_*``, reduced by verl) replaced in place by
     the shares and means they give (``gec_loss.finish_origin_metrics``)."""
-    from edge_verl.algorithms.gec_loss import finish_origin_metrics, raw_keys
-
-    finished = finish_origin_metrics(metrics, names.GEC_ACTOR_SCOPE)
-    for key in raw_keys(metrics, names.GEC_ACTOR_SCOPE):
+    finished = GEC.finish_actor_metrics(metrics, names.GEC_ACTOR_SCOPE)
+    for key in GEC.raw_actor_keys(metrics, names.GEC_ACTOR_SCOPE):
         metrics.pop(key)
     metrics.update(finished)
 
@@ -285,7 +276,7 @@ class LegacyAdapter:
 
         def compute_advantage(data, adv_estimator, *args, **kwargs):
             run = current_run()
-            ours = str(adv_estimator) in names.ESTIMATORS
+            ours = str(adv_estimator) in ESTIMATORS
             if not (ours or (run is not None and run.opens_advantage_step)):
                 return original(data, adv_estimator, *args, **kwargs)
             with advantage_step(run) as step:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from edge_verl.integration.gec_agent_loop import GecAgentLoop
-from edge_verl.integration.names import GEC_AGENT_LOOP, GEC_INFO_KEY
+from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY
 
 RECORD_ENV = "EDGE_VERL_TEST_GEC_RECORD"
 

@@ -5,6 +5,7 @@ on both trainers inside the GEC tests (``--algorithm edge`` = EDA + GEC). ~1 min
 Ray/worker start-up."""
 
 import json
+import os
 
 import pytest
 
@@ -96,3 +97,24 @@ def test_gec_switched_on_without_gec_rows_fails_before_the_first_rollout(tmp_pat
     assert result["returncode"] != 0
     assert "no training row has agent_name=edge_gec" in log
     assert not result["rows"], "no training step may run"
+
+
+def test_an_estimator_added_through_the_feature_table_alone_trains_end_to_end(run_cpu_demo, monkeypatch):
+    # tests/e2e/toy_estimator.py registers `toy_sign` in edge_verl.features and nothing else; every verl
+    # process imports it (EDGE_VERL_FEATURE_MODULES), so verl's registry, the run's options and state, the
+    # adapters' inputs, its metrics and the checkpoint's state file all come from the table's entry
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv("EDGE_VERL_FEATURE_MODULES", "tests.e2e.toy_estimator")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    overrides = lambda out: ["algorithm.adv_estimator=toy_sign", "+algorithm.toy_sign.scale=0.5"]  # noqa: E731
+    out, rows = run_cpu_demo("toy", overrides=overrides, trainer="legacy", steps=1, save_freq=1)
+    row = rows[-1]
+    assert row["edge_verl/toy_sign/calls"] == 1.0
+    assert row["edge_verl/toy_sign/old_logprob_mean"] < 0.0  # read the old policy's log-probs
+    # the advantages are +-0.5 or 0 on every response token: verl's own statistics of them say so
+    assert row["critic/advantages/max"] <= 0.5 + 1e-6 and row["critic/advantages/min"] >= -0.5 - 1e-6
+    assert max(abs(row["critic/advantages/max"]), abs(row["critic/advantages/min"])) == pytest.approx(0.5)
+    saved = json.loads((out / "checkpoints" / "global_step_1" / "edge_verl_state.json").read_text())
+    assert saved == {"toy_calls": {"calls": 1}}

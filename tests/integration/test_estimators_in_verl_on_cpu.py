@@ -11,7 +11,8 @@ from verl.trainer.ppo.v1 import utils as v1_utils
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.group_stats import group_index_from_uids
-from edge_verl.integration import estimators, names
+from edge_verl.integration import estimators
+from edge_verl import names
 from edge_verl.integration.run import TrainingRun, active_run
 
 pytestmark = pytest.mark.verl
@@ -47,8 +48,9 @@ def _in_run(config, estimator):
 
 
 def test_estimators_are_registered_by_import_verl():
-    assert core_algos.get_adv_estimator_fn("edge_eda") is estimators.compute_edge_eda_advantage
-    assert core_algos.get_adv_estimator_fn("gepo") is estimators.compute_gepo_advantage
+    for name in ("edge_eda", "gepo"):
+        assert core_algos.get_adv_estimator_fn(name) is estimators.adapter_of(name)
+        assert core_algos.get_adv_estimator_fn(name).__name__ == f"compute_{name}_advantage"
 
 
 @pytest.mark.parametrize("entropy_key", ["entropys", "entropy"])
@@ -94,8 +96,8 @@ def test_gepo_through_verl_updates_the_runs_thresholds_once_per_call_and_reports
     with _in_run(config, "gepo") as run:
         ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
         metrics = ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config).meta_info[names.STEP_METRICS_KEY]
-    assert run.thresholds.num_updates == 2
-    assert metrics["edge_verl/gepo/h_low"] == pytest.approx(run.thresholds.h_low)
+    assert run.state.num_updates == 2
+    assert metrics["edge_verl/gepo/h_low"] == pytest.approx(run.state.h_low)
     assert metrics["edge_verl/gepo/ema_updates"] == 2
     assert 0.0 <= metrics["edge_verl/gepo/pos_attenuated_frac"] <= 1.0
 
@@ -106,8 +108,8 @@ def test_two_runs_keep_separate_thresholds():
         ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
     with _in_run(config, "gepo") as second:
         ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config)
-    assert first.thresholds.num_updates == second.thresholds.num_updates == 1
-    assert first.thresholds.h_low != second.thresholds.h_low
+    assert first.state.num_updates == second.state.num_updates == 1
+    assert first.state.h_low != second.state.h_low
 
 
 def test_gepo_outside_a_training_run_says_where_its_state_lives():
@@ -235,7 +237,7 @@ def test_a_verl_with_its_own_estimators_keeps_them_and_still_imports():
     module = SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registry, register_adv_est=register_adv_est)
     with pytest.warns(UserWarning, match="verl's own is used"):
         estimators.register_estimators(module)
-    assert registry == {"edge_eda": native_eda, "gepo": estimators.compute_gepo_advantage}
+    assert registry == {"edge_eda": native_eda, "gepo": estimators.adapter_of("gepo")}
     with pytest.warns(UserWarning):  # idempotent: a second import changes nothing
         estimators.register_estimators(module)
-    assert registry == {"edge_eda": native_eda, "gepo": estimators.compute_gepo_advantage}
+    assert registry == {"edge_eda": native_eda, "gepo": estimators.adapter_of("gepo")}

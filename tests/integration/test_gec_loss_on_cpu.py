@@ -23,7 +23,7 @@ from verl.workers.utils import losses
 
 from edge_verl.algorithms.gec import ORIGINS
 from edge_verl.algorithms.gec_loss import finish_origin_metrics
-from edge_verl.integration import names
+from edge_verl import names
 from edge_verl.integration.trainer_hooks import finish_gec_actor_metrics
 
 pytestmark = pytest.mark.verl

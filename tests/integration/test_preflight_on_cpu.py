@@ -39,7 +39,7 @@ def _config(tmp_path: Path, *overrides: str, **data_options):
 
 def test_a_correct_edge_config_passes_and_names_its_run(tmp_path):
     run = preflight(_config(tmp_path, "algorithm.adv_estimator=edge_eda", *GEC_ON))
-    assert run.estimator == "edge_eda" and run.gec_enabled and not run.entropy_gradient
+    assert run.estimator == "edge_eda" and run.gec_enabled and not run.options.entropy_gradient
 
 
 MISTAKES = {

@@ -87,7 +87,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     method = get_method(recipe_method(recipe))  # its definition: edge_verl/methods.py
     assert run.estimator == method.estimator
     assert run.gec_enabled == method.gec, "GEC methods switch GEC on, the others leave it off"
-    assert run.entropy_gradient == method.eda, "EDA recipes use the reference's gradient form"
+    assert (run.estimator == "edge_eda" and run.options.entropy_gradient) == method.eda, "EDA recipes use the reference's gradient form"
     assert run.gec.force_regenerate == method.force_regenerate
     if run.gec_enabled:  # the first sample keeps the paper's 1024; corrections get their full 256 beyond it
         assert (run.gec.first_sample_tokens, run.gec.continuation_tokens) == (1024, 256)

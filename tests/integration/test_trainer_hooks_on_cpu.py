@@ -16,7 +16,8 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import trainer_base
 
 from edge_verl.algorithms.gec import decision_rng
-from edge_verl.integration import names, preflight, trainer_hooks
+from edge_verl.integration import preflight, trainer_hooks
+from edge_verl import names
 from edge_verl.integration.gec_agent_loop import sample_index
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step
 from edge_verl.integration.trainer_hooks import LegacyAdapter, V1Adapter
@@ -457,7 +458,7 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
     with pytest.raises(ValueError, match="calculate_entropy=True"):
         preflight.check_run_config(config)
     config.actor_rollout_ref.actor.calculate_entropy = True
-    assert preflight.check_run_config(config).entropy_gradient
+    assert preflight.check_run_config(config).options.entropy_gradient
 
 
 def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():

@@ -1,0 +1,285 @@
+"""The plugin's features as a table: one entry per advantage estimator (``ESTIMATORS``) and one for GEC
+(``GEC``). Pure: torch and this package's algorithms, no verl.
+
+The way ``methods.py`` says what each method is, an entry says what its feature needs and gives:
+
+- ``Estimator``: its name (verl's registry key and the ``algorithm.<name>`` section of its options), its
+  config class (``config.py``), the per-token inputs it reads for given options (``TOKEN_INPUTS``), the
+  training state it keeps (created from its options, saved with every checkpoint under ``state_key``), ONE
+  function from a ``GroupBatch`` to an ``EstimatorOutput`` (advantages, metrics, loss columns and options for
+  the actor loss, per-response values for the per-source statistics), and the actor-loss metric an update
+  must report when its options move work into the loss (``loss_metric``: the metric and the option that
+  moved the work, for the error when the plugin did not run in the actor workers).
+- ``GecFeature``: GEC's config class, the rollout field its records travel in, the loss column and options
+  its advantage step hands verl, and the function that finishes its actor metrics once verl has reduced them.
+
+The integration layer (``integration/``) is generic code over this table: ``integration/estimators.py``
+registers every ``ESTIMATORS`` entry in verl's registry with one adapter, ``integration/run.py`` reads an
+entry's options, inputs and state, the trainer adapters fetch the inputs, save the state and check the loss
+metric. Adding an estimator is adding an entry (``register_estimator``); ARCHITECTURE.md walks through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+import torch
+
+from edge_verl import names
+from edge_verl.algorithms import gec_loss
+from edge_verl.algorithms.eda import compute_eda_advantages
+from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.algorithms.step_metrics import eda_step_metrics, gepo_step_metrics
+from edge_verl.config import EdaConfig, GecConfig, GepoConfig
+
+# verl's epsilon in GRPO's std normalisation (core_algos.compute_grpo_outcome_advantage), for estimators without one.
+VERL_GRPO_EPSILON = 1e-6
+# The per-token inputs an estimator may read, (B, T) on the response tokens, and what they are (error messages).
+TOKEN_INPUTS = {
+    "entropy": "the old policy's per-token entropy",
+    "old_log_probs": "the old policy's log-probs (old_log_probs)",
+}
+
+
+@dataclass(frozen=True)
+class GroupBatch:
+    """One advantage computation's batch, as every estimator receives it (B responses, T response tokens,
+    P groups): ``scores`` (B,) float32 outcome rewards; ``response_mask`` (B, T); ``group_index`` (B,) int64
+    in [0, P); ``num_groups`` P; ``valid`` (B,) bool, False on padding rows; ``tokens``: the inputs the entry
+    asked for (``Estimator.token_inputs``), each (B, T) on the scores' device; ``norm_by_std``: verl's
+    ``algorithm.norm_adv_by_std_in_grpo``."""
+
+    scores: torch.Tensor
+    response_mask: torch.Tensor
+    group_index: torch.Tensor
+    num_groups: int
+    valid: torch.Tensor
+    tokens: Mapping[str, torch.Tensor]
+    norm_by_std: bool = True
+
+
+@dataclass
+class EstimatorOutput:
+    """What an estimator gives back: ``advantages`` (B, T), 0 off the response; ``metrics`` for verl's logger
+    (unprefixed: the adapter logs them as ``edge_verl/<estimator>/<key>``); ``loss_columns`` (B, T) and
+    ``loss_options`` for the actor loss (next to ``advantages`` in the actor's batch); ``per_response`` (B,)
+    values for the per-source statistics (``group_stats.per_source_statistics``)."""
+
+    advantages: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    per_response: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _nothing(options: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator (see module docstring). ``compute(batch, options, state)``; ``state(options)``
+    creates the training state (an object with ``state_dict`` / ``load_state_dict``, restored on resume;
+    None: the estimator keeps none); ``resume_without_state(options)``: a checkpoint without the state is
+    accepted (the state starts afresh) rather than an error; ``loss_entropy(options)``: why the actor loss reads the
+    current policy's entropy with these options (verl computes it there only with ``actor.calculate_entropy``),
+    None when it does not; ``std_epsilon(options)``: the epsilon of its GRPO normalisation (GEC's statistics of
+    the responses as sampled normalise with it)."""
+
+    name: str
+    description: str
+    config: type
+    compute: Callable[[GroupBatch, Any, Any], EstimatorOutput]
+    token_inputs: Callable[[Any], tuple[str, ...]]
+    state: Optional[Callable[[Any], Any]] = None
+    state_key: str = ""
+    resume_without_state: Callable[[Any], bool] = lambda options: False
+    loss_metric: Callable[[Any], Optional[tuple[str, str]]] = _nothing
+    loss_entropy: Callable[[Any], Optional[str]] = _nothing
+    std_epsilon: Callable[[Any], float] = lambda options: VERL_GRPO_EPSILON
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"an estimator's name is a registry key without '/', not {self.name!r}")
+        if not callable(getattr(self.config, "from_mapping", None)):
+            raise TypeError(f"estimator {self.name}: its config class needs from_mapping(mapping) (as config.py's)")
+        if self.state is not None and not self.state_key:
+            raise ValueError(f"estimator {self.name}: training state needs a state_key (its key in the checkpoint)")
+
+    def options(self, section: Mapping[str, Any]) -> Any:
+        """The validated options from ``algorithm.<name>`` (a plain mapping)."""
+        return self.config.from_mapping(section)
+
+    def inputs(self, options: Any) -> tuple[str, ...]:
+        """The per-token inputs it reads with these options, each checked against ``TOKEN_INPUTS``."""
+        wanted = tuple(self.token_inputs(options))
+        unknown = [name for name in wanted if name not in TOKEN_INPUTS]
+        if unknown:
+            raise ValueError(f"estimator {self.name} asks for {unknown}; the inputs are {list(TOKEN_INPUTS)}")
+        return wanted
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register_estimator(entry: Estimator) -> Estimator:
+    """Add ``entry`` to the table (the same entry again is a no-op; another under a taken name an error).
+    verl's registry gets it when ``verl.trainer.ppo.core_algos`` is imported, or at once when it already was
+    (``integration/estimators.py``)."""
+    present = ESTIMATORS.get(entry.name)
+    if present is not None and present is not entry:
+        raise ValueError(f"an estimator named {entry.name!r} is already in the table")
+    ESTIMATORS[entry.name] = entry
+    return entry
+
+
+# --- EDGE-GRPO's Entropy-Driven Advantage ---------------------------------------------------------------------
+
+
+def _eda(batch: GroupBatch, options: EdaConfig, state: None) -> EstimatorOutput:
+    result = compute_eda_advantages(
+        batch.scores,
+        batch.tokens["entropy"],
+        batch.response_mask,
+        batch.group_index,
+        batch.num_groups,
+        batch.valid,
+        norm_by_std=batch.norm_by_std,
+        std_epsilon=options.std_epsilon,
+        entropy_epsilon=options.entropy_epsilon,
+        ratio_clamp=options.ratio_clamp,
+    )
+    output = EstimatorOutput(result.advantages, eda_step_metrics(result, batch.valid))
+    if options.entropy_gradient:
+        # the gradient form: what the actor loss needs to rescale the advantages (integration/actor_loss.py),
+        # laid on each row's response tokens
+        mask = batch.response_mask.to(torch.float32)
+        output.loss_columns = {
+            names.EDA_GROUP_ENTROPY_COLUMN: result.group_entropy[:, None] * mask,
+            names.EDA_RATIO_COLUMN: result.entropy_ratio[:, None] * mask,
+        }
+        output.loss_options = {
+            names.EDA_OPTIONS_KEY: {
+                "entropy_epsilon": options.entropy_epsilon,
+                "ratio_clamp": list(options.ratio_clamp) if options.ratio_clamp is not None else None,
+            }
+        }
+    return output
+
+
+EDA = register_estimator(
+    Estimator(
+        name=names.EDA_ESTIMATOR,
+        description="EDGE-GRPO's Entropy-Driven Advantage (algorithms/eda.py)",
+        config=EdaConfig,
+        compute=_eda,
+        token_inputs=lambda options: ("entropy",),
+        # the gradient form rescales in the actor loss, which reports this metric (integration/actor_loss.py)
+        loss_metric=lambda options: (
+            (f"{names.EDA_ESTIMATOR}/loss_scale_mean", "algorithm.edge_eda.entropy_gradient=True") if options.entropy_gradient else None
+        ),
+        std_epsilon=lambda options: options.std_epsilon,
+        loss_entropy=lambda options: (
+            "algorithm.edge_eda.entropy_gradient=True rescales the advantage inside the actor loss with the current "
+            "policy's entropy (or set entropy_gradient=False for the detached form)"
+        ) if options.entropy_gradient else None,
+    )
+)
+
+
+# --- GEPO's group-entropy-conditioned asymmetric scaling ------------------------------------------------------
+
+
+def _gepo(batch: GroupBatch, options: GepoConfig, thresholds: GepoThresholds) -> EstimatorOutput:
+    source = batch.tokens["entropy" if options.group_entropy == "token_entropy" else "old_log_probs"]
+    # verl computes advantages for training batches only, so every call updates the EMA once; validation
+    # never reaches an estimator (tested end to end: num_updates == training steps).
+    result = compute_gepo_advantages(
+        batch.scores,
+        source,
+        batch.response_mask,
+        batch.group_index,
+        batch.num_groups,
+        batch.valid,
+        thresholds,
+        norm_by_std=batch.norm_by_std,
+        std_epsilon=options.std_epsilon,
+        alpha_low=options.alpha_low,
+        alpha_high=options.alpha_high,
+        beta_low=options.beta_low,
+        beta_high=options.beta_high,
+        estimator=options.group_entropy,
+        order=options.ema_order,
+    )
+    return EstimatorOutput(
+        result.advantages,
+        gepo_step_metrics(result, batch.valid, thresholds.num_updates),
+        per_response={
+            "group_entropy": result.group_entropy.index_select(0, batch.group_index),
+            "outcome": result.outcome_advantages,
+            "positive_attenuated": result.positive_attenuated,
+            "negative_attenuated": result.negative_attenuated,
+        },
+    )
+
+
+GEPO = register_estimator(
+    Estimator(
+        name=names.GEPO_ESTIMATOR,
+        description="GEPO's group-entropy-conditioned asymmetric advantage scaling (algorithms/gepo.py)",
+        config=GepoConfig,
+        compute=_gepo,
+        token_inputs=lambda options: ("entropy",) if options.group_entropy == "token_entropy" else ("old_log_probs",),
+        state=lambda options: GepoThresholds(gamma=options.gamma, init=options.ema_init),
+        state_key="gepo_thresholds",
+        resume_without_state=lambda options: options.resume_without_state,
+        std_epsilon=lambda options: options.std_epsilon,
+    )
+)
+
+
+# --- Guided Error Correction ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GecFeature:
+    """GEC, a rollout post-processor usable with any estimator: its options (``algorithm.<section>``, switch
+    ``enable``); the rollout field each response's ``CorrectionRecord`` travels in (``info_field``); the loss
+    column and options its advantage step hands verl (``gec_loss.advantage_step_outputs``); the function that
+    turns the actor loss's per-origin sums into statistics once verl has reduced them
+    (``gec_loss.finish_origin_metrics``, ``gec_loss.raw_keys``); and the actor-metric scope the loss reports
+    under, which an update must show when the injected tokens are treated in the loss (not ``surrogate``)."""
+
+    section: str = names.GEC_SECTION
+    config: type = GecConfig
+    info_field: str = names.GEC_INFO_KEY
+    loss_column: str = names.GEC_ORIGIN_COLUMN
+    loss_options_key: str = names.GEC_LOSS_OPTIONS_KEY
+    step_outputs: Callable[..., gec_loss.AdvantageStepOutputs] = gec_loss.advantage_step_outputs
+    finish_actor_metrics: Callable[[Mapping[str, object], str], dict[str, float]] = gec_loss.finish_origin_metrics
+    raw_actor_keys: Callable[[Mapping[str, object], str], list[str]] = gec_loss.raw_keys
+    loss_scope: str = names.GEC_LOSS_SCOPE
+
+    def options(self, section: Mapping[str, Any]) -> GecConfig:
+        return self.config.from_mapping(section)
+
+    def loss_metric(self, options: GecConfig) -> Optional[tuple[str, str]]:
+        """The actor-metric prefix (ending in "/") an update must report, and the option that asks for it:
+        only where the loss treats injected tokens."""
+        if not options.enable or options.injected_loss == "surrogate":
+            return None
+        return f"{self.loss_scope}/", f"algorithm.{self.section}.injected_loss={options.injected_loss}"
+
+    def loss_options(self, options: GecConfig, injected_share: float) -> dict[str, Any]:
+        """The batch-level options the actor loss treats GEC's injected tokens with."""
+        return {
+            self.loss_options_key: {
+                "injected_loss": options.injected_loss,
+                "sft_coef": options.sft_coef,
+                "injected_share": injected_share,
+            }
+        }
+
+
+GEC = GecFeature()

@@ -1,0 +1,68 @@
+"""A toy advantage estimator added through the feature table alone (``edge_verl.features``), for the e2e
+test that trains it: imported in every verl process by ``EDGE_VERL_FEATURE_MODULES``. Nothing else of the
+plugin knows it.
+
+``toy_sign``: each response's advantage is the sign of its reward minus its group's mean, spread over its
+response tokens; it reads the old log-probs (to exercise the inputs), keeps a call counter as training state
+(saved with every checkpoint) and reports the counter and the mean old log-prob.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from edge_verl.features import Estimator, EstimatorOutput, GroupBatch, register_estimator
+
+NAME = "toy_sign"
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scale, (int, float)) or self.scale <= 0:
+            raise ValueError(f"{NAME}.scale={self.scale!r} must be a positive number")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> "ToyConfig":
+        return cls(**dict(mapping))
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = int(state["calls"])
+
+
+def toy_sign(batch: GroupBatch, options: ToyConfig, state: Calls) -> EstimatorOutput:
+    state.calls += 1
+    valid = batch.valid.to(torch.float32)
+    totals = torch.zeros(batch.num_groups).index_add_(0, batch.group_index, batch.scores * valid)
+    counts = torch.zeros(batch.num_groups).index_add_(0, batch.group_index, valid).clamp(min=1)
+    sign = torch.sign(batch.scores - (totals / counts)[batch.group_index]) * valid
+    mask = batch.response_mask.to(torch.float32)
+    old = batch.tokens["old_log_probs"]
+    return EstimatorOutput(
+        advantages=options.scale * sign[:, None] * mask,
+        metrics={"calls": float(state.calls), "old_logprob_mean": float((old * mask).sum() / mask.sum().clamp(min=1))},
+    )
+
+
+TOY = register_estimator(
+    Estimator(
+        name=NAME,
+        description="a toy: the sign of reward minus the group mean",
+        config=ToyConfig,
+        compute=toy_sign,
+        token_inputs=lambda options: ("old_log_probs",),
+        state=lambda options: Calls(),
+        state_key="toy_calls",
+    )
+)
