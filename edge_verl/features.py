@@ -7,9 +7,9 @@ The way ``methods.py`` says what each method is, an entry says what its feature 
   config class (``config.py``), the per-token inputs it reads for given options (``TOKEN_INPUTS``), the
   training state it keeps (created from its options, saved with every checkpoint under ``state_key``), ONE
   function from a ``GroupBatch`` to an ``EstimatorOutput`` (advantages, metrics, loss columns and options for
-  the actor loss, per-response values for the per-source statistics), and the actor-loss metric an update
-  must report when its options move work into the loss (``loss_metric``: the metric and the option that
-  moved the work, for the error when the plugin did not run in the actor workers).
+  the actor loss, per-response values for the per-source statistics), and what the actor loss does with the
+  columns it hands verl (``LossScale``: a factor on each row's advantage from the current policy's entropy)
+  when its options switch that on (``loss_active``).
 - ``GecFeature``: GEC's config class, the rollout field its records travel in, the loss column and options
   its advantage step hands verl, and the function that finishes its actor metrics once verl has reduced them.
 
@@ -28,8 +28,9 @@ import torch
 
 from edge_verl import names
 from edge_verl.algorithms import gec_loss
-from edge_verl.algorithms.eda import compute_eda_advantages
+from edge_verl.algorithms.eda import compute_eda_advantages, entropy_gradient_scale
 from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.algorithms.group_stats import masked_response_mean
 from edge_verl.algorithms.step_metrics import eda_step_metrics, gepo_step_metrics
 from edge_verl.config import EdaConfig, GecConfig, GepoConfig
 
@@ -77,14 +78,35 @@ def _nothing(options: Any) -> None:
     return None
 
 
+# The metrics the actor loss reports for an estimator's LossScale, as ``actor/<estimator>/<metric>``: the mean
+# factor over the rows it scales, and of the loss gradient with respect to the policy's outputs, the share
+# that reaches them through the entropy (``eda.entropy_gradient_share``).
+LOSS_SCALE_METRIC = "loss_scale_mean"
+GRADIENT_SHARE_METRIC = "entropy_grad_share"
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """An estimator's work inside the actor loss (verl's ``ppo_loss``, any loss mode): per micro-batch,
+    ``factor(columns, options, entropy)`` gives a factor (B,) for each row's advantage and the rows it
+    applies to (B,) bool, from the loss columns the estimator's advantage step wrote (``columns``, padded
+    (B, T), with ``response_mask``), the batch-level options it wrote under ``options_key`` and the current
+    policy's per-token entropy (B, T, with gradient). verl's own policy loss then receives the advantages
+    times the factor (``integration/actor_loss.py``)."""
+
+    columns: tuple[str, ...]
+    options_key: str
+    factor: Callable[[Mapping[str, torch.Tensor], Mapping[str, Any], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
 @dataclass(frozen=True)
 class Estimator:
     """One advantage estimator (see module docstring). ``compute(batch, options, state)``; ``state(options)``
     creates the training state (an object with ``state_dict`` / ``load_state_dict``, restored on resume;
     None: the estimator keeps none); ``resume_without_state(options)``: a checkpoint without the state is
-    accepted (the state starts afresh) rather than an error; ``loss_entropy(options)``: why the actor loss reads the
-    current policy's entropy with these options (verl computes it there only with ``actor.calculate_entropy``),
-    None when it does not; ``std_epsilon(options)``: the epsilon of its GRPO normalisation (GEC's statistics of
+    accepted (the state starts afresh) rather than an error; ``loss``: what the actor loss does with its loss
+    columns, and ``loss_active(options)``: the option that switches it on (e.g. "algorithm.edge_eda.entropy_gradient=True"),
+    None when these options leave the loss to verl; ``std_epsilon(options)``: the epsilon of its GRPO normalisation (GEC's statistics of
     the responses as sampled normalise with it)."""
 
     name: str
@@ -95,8 +117,8 @@ class Estimator:
     state: Optional[Callable[[Any], Any]] = None
     state_key: str = ""
     resume_without_state: Callable[[Any], bool] = lambda options: False
-    loss_metric: Callable[[Any], Optional[tuple[str, str]]] = _nothing
-    loss_entropy: Callable[[Any], Optional[str]] = _nothing
+    loss: Optional["LossScale"] = None
+    loss_active: Callable[[Any], Optional[str]] = _nothing
     std_epsilon: Callable[[Any], float] = lambda options: VERL_GRPO_EPSILON
 
     def __post_init__(self) -> None:
@@ -110,6 +132,18 @@ class Estimator:
     def options(self, section: Mapping[str, Any]) -> Any:
         """The validated options from ``algorithm.<name>`` (a plain mapping)."""
         return self.config.from_mapping(section)
+
+    def loss_metric(self, options: Any) -> Optional[tuple[str, str]]:
+        """(the actor metric the loss reports, without verl's "actor/"; the option that asks for it) when these
+        options move work into the actor loss: an update without it means the plugin did not run there."""
+        why = self.loss_active(options) if self.loss is not None else None
+        return None if why is None else (f"{self.name}/{LOSS_SCALE_METRIC}", why)
+
+    def loss_entropy(self, options: Any) -> Optional[str]:
+        """Why the actor loss reads the current policy's entropy with these options (verl computes it there
+        only with ``actor.calculate_entropy``); None when it does not."""
+        why = self.loss_active(options) if self.loss is not None else None
+        return None if why is None else f"{why} rescales the advantage inside the actor loss with the current policy's entropy"
 
     def inputs(self, options: Any) -> tuple[str, ...]:
         """The per-token inputs it reads with these options, each checked against ``TOKEN_INPUTS``."""
@@ -168,6 +202,27 @@ def _eda(batch: GroupBatch, options: EdaConfig, state: None) -> EstimatorOutput:
     return output
 
 
+def _eda_loss_factor(
+    columns: Mapping[str, torch.Tensor], options: Mapping[str, Any], entropy: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """EDA's gradient form in the loss: s_i = P_hat_i^old / P_hat_i(theta) (``eda.entropy_gradient_scale``),
+    with P_i(theta) the masked mean of the current entropy over the response, the normaliser and P_hat^old
+    from the columns, and the guards the estimator used; the rows with a normaliser above entropy_epsilon."""
+    mask = columns["response_mask"].to(torch.bool)
+    group_entropy = masked_response_mean(columns[names.EDA_GROUP_ENTROPY_COLUMN].to(torch.float32), mask)
+    old_ratio = masked_response_mean(columns[names.EDA_RATIO_COLUMN].to(torch.float32), mask)
+    epsilon = float(options["entropy_epsilon"])
+    clamp = options.get("ratio_clamp")
+    scale = entropy_gradient_scale(
+        masked_response_mean(entropy.to(torch.float32), mask),
+        group_entropy,
+        old_ratio,
+        entropy_epsilon=epsilon,
+        ratio_clamp=(float(clamp[0]), float(clamp[1])) if clamp is not None else None,
+    )
+    return scale, group_entropy > epsilon
+
+
 EDA = register_estimator(
     Estimator(
         name=names.EDA_ESTIMATOR,
@@ -175,15 +230,10 @@ EDA = register_estimator(
         config=EdaConfig,
         compute=_eda,
         token_inputs=lambda options: ("entropy",),
-        # the gradient form rescales in the actor loss, which reports this metric (integration/actor_loss.py)
-        loss_metric=lambda options: (
-            (f"{names.EDA_ESTIMATOR}/loss_scale_mean", "algorithm.edge_eda.entropy_gradient=True") if options.entropy_gradient else None
-        ),
         std_epsilon=lambda options: options.std_epsilon,
-        loss_entropy=lambda options: (
-            "algorithm.edge_eda.entropy_gradient=True rescales the advantage inside the actor loss with the current "
-            "policy's entropy (or set entropy_gradient=False for the detached form)"
-        ) if options.entropy_gradient else None,
+        # the gradient form: the actor loss rescales the advantages with the current entropy
+        loss=LossScale((names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN), names.EDA_OPTIONS_KEY, _eda_loss_factor),
+        loss_active=lambda options: "algorithm.edge_eda.entropy_gradient=True" if options.entropy_gradient else None,
     )
 )
 

@@ -1,13 +1,14 @@
-"""The plugin's hook in verl's actor loss (``verl.workers.utils.losses``): EDA's gradient form and GEC's
-injected tokens.
+"""The plugin's hook in verl's actor loss (``verl.workers.utils.losses``): an estimator's ``LossScale``
+(``edge_verl.features``; EDA's gradient form) and GEC's injected tokens.
 
 In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
 ``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
 columns the batch carries (written at the advantage step by the plugin), so any other batch goes through
 verl's loss untouched:
 
-EDA with gradient through entropy (``algorithm.edge_eda.entropy_gradient=True``): the ``edge_eda``
-estimator writes two per-token columns next to the advantages (``names.EDA_GROUP_ENTROPY_COLUMN``: the
+An estimator with a ``LossScale`` whose columns the micro-batch carries, e.g. EDA with gradient through
+entropy (``algorithm.edge_eda.entropy_gradient=True``): the ``edge_eda`` estimator writes two per-token
+columns next to the advantages (``names.EDA_GROUP_ENTROPY_COLUMN``: the
 detached normaliser, the old policy's group mean entropy; ``names.EDA_RATIO_COLUMN``: the old P_hat) and,
 batch-level, its guard options (``names.EDA_OPTIONS_KEY``). Per micro-batch: P_i(theta) = masked mean of
 the current entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``) over the
@@ -44,8 +45,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from edge_verl.algorithms import gec_loss
-from edge_verl.algorithms.eda import entropy_gradient_scale, entropy_gradient_share, loss_gradients
-from edge_verl.algorithms.group_stats import masked_response_mean
+from edge_verl.algorithms.eda import entropy_gradient_share, loss_gradients
+from edge_verl.features import ESTIMATORS, GEC, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator
 from edge_verl import names
 from edge_verl.integration.internals import CORE, POLICY_LOSS_KEYWORDS
 
@@ -56,8 +57,10 @@ _PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation
 
 @dataclass
 class _LossScale:
-    """EDA's factor for the policy loss of one micro-batch, and the tensors its diagnostic needs."""
+    """An estimator's factor for the policy loss of one micro-batch (its ``features.LossScale``), and the
+    tensors its diagnostics need; ``scope``: the estimator's name, its metrics' scope."""
 
+    scope: str
     scale: torch.Tensor  # (B, T) s_i on each row's tokens
     entropy: torch.Tensor  # (B, T) the current entropy the scale was computed from (with gradient)
     active: torch.Tensor  # (B,) rows whose advantage follows the entropy
@@ -78,38 +81,24 @@ class _GecTokens:
 
 @dataclass
 class _MicroBatch:
-    """What the hook set up for one micro-batch: EDA's scale, GEC's tokens, or both."""
+    """What the hook set up for one micro-batch: an estimator's loss scale (EDA's gradient form), GEC's tokens, or both."""
 
-    eda: Optional[_LossScale] = None
+    scaled: Optional[_LossScale] = None
     gec: Optional[_GecTokens] = None
 
 
 _CURRENT: ContextVar[Optional[_MicroBatch]] = ContextVar("edge_verl_actor_loss", default=None)
 
 
+def _scaling_estimator(keys: Any) -> Optional[Estimator]:
+    """The estimator whose ``LossScale`` columns the micro-batch carries (at most one runs per step)."""
+    return next((entry for entry in ESTIMATORS.values() if entry.loss is not None and entry.loss.columns[0] in keys), None)
+
+
 def is_active(data: Any) -> bool:
-    """The micro-batch asks the hook for something: EDA's gradient form or GEC's token treatment."""
+    """The micro-batch asks the hook for something: an estimator's loss scale or GEC's token treatment."""
     keys = data.keys()
-    return names.EDA_GROUP_ENTROPY_COLUMN in keys or names.GEC_ORIGIN_COLUMN in keys
-
-
-def loss_scale(entropy: torch.Tensor, columns: dict[str, torch.Tensor], options: dict) -> _LossScale:
-    """s (B, T) from the current padded entropy (B, T), the estimator's padded columns (same shape) and its
-    guard options (``names.EDA_OPTIONS_KEY``: entropy_epsilon, ratio_clamp)."""
-    mask = columns["response_mask"].to(torch.bool)
-    group_entropy = masked_response_mean(columns[names.EDA_GROUP_ENTROPY_COLUMN].to(torch.float32), mask)
-    old_ratio = masked_response_mean(columns[names.EDA_RATIO_COLUMN].to(torch.float32), mask)
-    response_entropy = masked_response_mean(entropy.to(torch.float32), mask)
-    epsilon = float(options["entropy_epsilon"])
-    clamp = options.get("ratio_clamp")
-    scale = entropy_gradient_scale(
-        response_entropy,
-        group_entropy,
-        old_ratio,
-        entropy_epsilon=epsilon,
-        ratio_clamp=(float(clamp[0]), float(clamp[1])) if clamp is not None else None,
-    )
-    return _LossScale(scale[:, None] * mask.to(scale.dtype), entropy, group_entropy > epsilon, {})
+    return _scaling_estimator(keys) is not None or GEC.loss_column in keys
 
 
 def _options(data: Any, key: str, column: str, writer: str) -> dict:
@@ -124,32 +113,35 @@ def _options(data: Any, key: str, column: str, writer: str) -> dict:
     return dict(options)
 
 
-def _eda_scale(model_output: Any, data: Any, gec: Optional["_GecTokens"]) -> _LossScale:
-    """EDA's scale from the current entropy; with GEC's masked / sft control, the injected tokens' entropy
-    enters P_i(theta) as a constant (its value kept, its gradient stopped), so that no gradient reaches
-    them through EDA's entropy path either."""
+def _loss_scale(entry: Estimator, model_output: Any, data: Any, gec: Optional["_GecTokens"]) -> _LossScale:
+    """The estimator's factor from the current entropy (``entry.loss.factor``); with GEC's masked / sft
+    control, the injected tokens' entropy enters it as a constant (its value kept, its gradient stopped), so
+    that no gradient reaches them through the entropy path either."""
     from verl.workers.utils.padding import no_padding_2_padding
 
+    loss = entry.loss
     entropy = model_output.get("entropy", None)
     if entropy is None:
         raise RuntimeError(
-            "algorithm.edge_eda.entropy_gradient=True needs the current policy's entropy in the actor loss: "
+            f"The {entry.name} estimator's loss scale needs the current policy's entropy in the actor loss: "
             "set actor_rollout_ref.actor.calculate_entropy=True."
         )
     entropy = no_padding_2_padding(entropy, data)
-    columns = data.select("response_mask", names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN).to_padded_tensor()
+    columns = data.select("response_mask", *loss.columns).to_padded_tensor()
     if gec is not None and gec.injected_loss != "surrogate":
         injected = gec_loss.not_sampled(gec.origins.to(entropy.device))
         entropy = torch.where(injected, entropy.detach(), entropy)
-    options = _options(data, names.EDA_OPTIONS_KEY, names.EDA_GROUP_ENTROPY_COLUMN, "the edge_eda estimator")
-    return loss_scale(entropy, dict(columns.items()), options)
+    options = _options(data, loss.options_key, loss.columns[0], f"the {entry.name} estimator")
+    factor, active = loss.factor(dict(columns.items()), options, entropy)
+    mask = columns["response_mask"].to(factor.dtype)
+    return _LossScale(entry.name, factor[:, None] * mask, entropy, active, {})
 
 
 def _gec_tokens(data: Any) -> _GecTokens:
-    columns = data.select(names.GEC_ORIGIN_COLUMN).to_padded_tensor()
-    options = _options(data, names.GEC_LOSS_OPTIONS_KEY, names.GEC_ORIGIN_COLUMN, "the plugin's GEC advantage step")
+    columns = data.select(GEC.loss_column).to_padded_tensor()
+    options = _options(data, GEC.loss_options_key, GEC.loss_column, "the plugin's GEC advantage step")
     return _GecTokens(
-        origins=columns[names.GEC_ORIGIN_COLUMN].round().to(torch.int64),
+        origins=columns[GEC.loss_column].round().to(torch.int64),
         injected_loss=str(options["injected_loss"]),
         sft_coef=float(options["sft_coef"]),
         injected_share=float(options["injected_share"]),
@@ -163,17 +155,18 @@ def _make_ppo_loss(original: Callable) -> Callable:
         from verl.utils.metric import AggregationType, Metric
 
         keys = data.keys()
-        gec = _gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None
-        eda = _eda_scale(model_output, data, gec) if names.EDA_GROUP_ENTROPY_COLUMN in keys else None
-        state = _MicroBatch(eda=eda, gec=gec)
+        gec = _gec_tokens(data) if GEC.loss_column in keys else None
+        scaling = _scaling_estimator(keys)
+        scaled = _loss_scale(scaling, model_output, data, gec) if scaling is not None else None
+        state = _MicroBatch(scaled=scaled, gec=gec)
         token = _CURRENT.set(state)
         try:
             loss, metrics = original(config, model_output, data, dp_group)
         finally:
             _CURRENT.reset(token)
-        if state.eda is not None:
-            for key, value in state.eda.metrics.items():
-                metrics[f"{names.EDA_ESTIMATOR}/{key}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+        if state.scaled is not None:
+            for key, value in state.scaled.metrics.items():
+                metrics[f"{state.scaled.scope}/{key}"] = Metric(value=value, aggregation=AggregationType.MEAN)
         if state.gec is not None:
             if state.gec.sft_term is not None:
                 loss = loss + state.gec.sft_term
@@ -211,11 +204,11 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
                 f"edge_verl's loss hook expects verl's ppo_loss to call the policy loss with the keywords {POLICY_LOSS_KEYWORDS}"
             )
         advantages, log_prob = kwargs["advantages"], kwargs["log_prob"]
-        eda, gec = state.eda, state.gec
-        if eda is not None:
-            if advantages.shape != eda.scale.shape:
-                raise RuntimeError(f"advantages {tuple(advantages.shape)} and EDA's scale {tuple(eda.scale.shape)} differ")
-            advantages = advantages * eda.scale.to(advantages.dtype)
+        scaled, gec = state.scaled, state.gec
+        if scaled is not None:
+            if advantages.shape != scaled.scale.shape:
+                raise RuntimeError(f"advantages {tuple(advantages.shape)} and the {scaled.scope} loss scale {tuple(scaled.scale.shape)} differ")
+            advantages = advantages * scaled.scale.to(advantages.dtype)
         injected = None
         if gec is not None:
             if gec.origins.shape != advantages.shape:
@@ -224,12 +217,12 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
             kwargs["log_prob"], advantages = gec_loss.treat_injected(log_prob, advantages, injected, gec.injected_loss)
         kwargs["advantages"] = advantages
         loss, metrics = policy_loss_fn(**kwargs)
-        grads = loss_gradients(loss, log_prob, eda.entropy if eda is not None else None)
-        if eda is not None:
+        grads = loss_gradients(loss, log_prob, scaled.entropy if scaled is not None else None)
+        if scaled is not None:
             if grads is not None:
-                eda.metrics["entropy_grad_share"] = entropy_gradient_share(*grads)
-            active = eda.active
-            eda.metrics["loss_scale_mean"] = float(eda.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
+                scaled.metrics[GRADIENT_SHARE_METRIC] = entropy_gradient_share(*grads)
+            active = scaled.active
+            scaled.metrics[LOSS_SCALE_METRIC] = float(scaled.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
         if gec is not None:
             clip = _vanilla_clip(kwargs["config"]) if loss_mode == names.VANILLA_POLICY_LOSS else None
             grad = None if grads is None else grads[0] if grads[0] is not None else torch.zeros_like(log_prob)
