@@ -1,7 +1,8 @@
 """The Megatron recipes, unchanged, train with verl's Megatron engine on CPU (megatron-core 0.16.1 + mbridge
 0.15.1, the ``megatron-cpu`` extra; ``EDGE_VERL_CPU=1`` gives them the Megatron CPU overrides): EDGE at
-tensor parallel 1, GEPO at tensor parallel 2 (two gloo processes) with a checkpoint and a resume whose
-thresholds continue exactly. Every run asserts which engine trained. ~75 s per run."""
+tensor parallel 1, GEPO at tensor parallel 2 (two gloo processes) with a checkpoint of the weights and the
+thresholds. Every run asserts which engine trained. ~75 s per run. The thresholds' exact resume is checked
+on the FSDP engine (tests/e2e/test_main_ppo_on_cpu.py): a Megatron resume took 2.5 minutes of CI."""
 
 import json
 
@@ -55,11 +56,11 @@ def gepo_tp2(tmp_path_factory):
     # the tiny model's 259-token vocabulary padded to 264: tensor parallel splits the embedding rows evenly
     options = dict(vocab_multiple=8, CPU_TENSOR_PARALLEL=2)
     first = run_recipe_on_cpu(out, "run_gepo_qwen3.5-9b_megatron.sh", "gepo", TOTAL_STEPS=2, SAVE_FREQ=2, **options)
-    return out, first, options
+    return out, first
 
 
 def test_gepo_megatron_recipe_trains_with_tensor_parallel_2(gepo_tp2):
-    out, run, _ = gepo_tp2
+    out, run = gepo_tp2
     assert_megatron_trained(run, tensor_parallel=2)
     assert_rollout_matches_actor(run["records"])
     last = run["records"][-1]["data"]
@@ -69,18 +70,3 @@ def test_gepo_megatron_recipe_trains_with_tensor_parallel_2(gepo_tp2):
     assert saved["num_updates"] == 2
     assert saved["h_low"] == pytest.approx(last["edge_verl/gepo/h_low"], rel=1e-12)
     assert (out / "checkpoints" / "global_step_2" / "actor" / "model" / "huggingface" / "model.safetensors").exists()
-
-
-def test_gepo_megatron_resume_continues_the_thresholds_exactly(gepo_tp2):
-    out, _, options = gepo_tp2
-    saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())["gepo_thresholds"]
-    run = run_recipe_on_cpu(out, "run_gepo_qwen3.5-9b_megatron.sh", "gepo", TOTAL_STEPS=3, SAVE_FREQ=-1, **options)
-    assert_megatron_trained(run, tensor_parallel=2)
-    assert "Resuming from" in run["output"] and "global_step_2" in run["output"]
-    step3 = [record["data"] for record in run["records"] if record["step"] == 3][0]
-    # EMA continued from the restored state: H_3 = (1 - 0.01) * H_2 + 0.01 * candidate_3
-    assert step3["edge_verl/gepo/h_low"] == pytest.approx(0.99 * saved["h_low"] + 0.01 * step3["edge_verl/gepo/candidate_h_low"], rel=1e-9)
-    assert step3["edge_verl/gepo/h_high"] == pytest.approx(0.99 * saved["h_high"] + 0.01 * step3["edge_verl/gepo/candidate_h_high"], rel=1e-9)
-    assert step3["edge_verl/gepo/ema_updates"] == 3
-    # the resumed Megatron weights (HF checkpoint through mbridge) are what the rollout samples from
-    assert_rollout_matches_actor(run["records"])
