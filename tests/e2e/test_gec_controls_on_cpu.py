@@ -5,8 +5,8 @@ both trainers: what each switch must measurably do, and the per-origin diagnosti
 - injected_loss=sft: the NLL term is logged and the surrogate's share through injected tokens is 0;
 - answer_source=placebo: every injected answer / solution grades 0 against the row's gold;
 - first_attempt=drop: a corrected response starts with the phrase / the injected answer.
-masked runs on both trainers (v1 here, legacy with the placebo), sft too (legacy here, v1 in
-test_gec_on_cpu.py's inject_answer run); placebo and drop act in the agent loop, which both trainers share,
+masked runs on both trainers (v1 here, legacy with the placebo); sft on the legacy trainer here and in the
+Megatron EDGE-SFT recipe (test_megatron_on_cpu.py); placebo and drop act in the agent loop, which both trainers share,
 so one legacy run draws all three branches with them (the v1 trainer's GEC plumbing: the other v1 runs).
 The demo's step has 2 mini-batches; with 2 PPO epochs, no learning-rate warm-up (whose first step has lr 0)
 and a narrow clip range the ratios move away from 1 and some updates are clipped, so the ratio and clip
@@ -43,7 +43,7 @@ ANSWER_MARK = ANSWER_TEMPLATE.split("{answer}")[0].strip()
 
 @pytest.mark.parametrize("trainer", ["v1", "legacy"])
 def test_masked_and_sft_take_the_injected_tokens_out_of_the_surrogate(run_cpu_demo, trainer):
-    mode = "masked" if trainer == "v1" else "sft"  # each control on one trainer here, the other in test_gec_on_cpu
+    mode = "masked" if trainer == "v1" else "sft"  # masked on legacy: the placebo run below
     out, rows = run_cpu_demo(
         f"gec_{mode}_{trainer}",
         overrides=_overrides(MIXED, f"+algorithm.edge_gec.injected_loss={mode}", *MOVING),
