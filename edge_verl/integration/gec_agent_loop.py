@@ -76,7 +76,8 @@ from edge_verl.algorithms.gec import (
     strip_end_tokens,
 )
 from edge_verl.config import GecConfig
-from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
+from edge_verl.features import GEC
+from edge_verl.names import GEC_AGENT_LOOP, SAMPLE_INDEX_COLUMN
 from edge_verl.integration.preflight import check_budget, check_gec_supported, read_placebo_pool
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
@@ -302,7 +303,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             placebo_index=kept.placebo_index,
         )
         output.reward_score = None  # verl's reward loop scores the final response
-        output.extra_fields[GEC_INFO_KEY] = record.to_dict()
+        output.extra_fields[GEC.info_field] = record.to_dict()
         return output
 
     async def _carry_out(

@@ -281,7 +281,7 @@ class LegacyAdapter:
                 return original(data, adv_estimator, *args, **kwargs)
             with advantage_step(run) as step:
                 data = compute_advantage_in_step(original, step, data, (adv_estimator, *args), kwargs)
-            infos = data.non_tensor_batch.get(names.GEC_INFO_KEY)
+            infos = data.non_tensor_batch.get(GEC.info_field)
             if run is not None and run.gec_enabled and infos is not None:
                 batch = data.batch
                 scores = batch["token_level_scores"].sum(dim=-1)
@@ -305,7 +305,7 @@ class LegacyAdapter:
             metrics.update(batch.meta_info.pop(names.STEP_METRICS_KEY, {}))
             if run.grader_metrics and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
                 metrics.update(grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
-            infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY)
+            infos = batch.non_tensor_batch.get(GEC.info_field)
             if run.gec_enabled and infos is not None:  # agent-loop extra_fields are non-tensor columns here
                 old_log_probs = batch.batch["old_log_probs"] if "old_log_probs" in batch.batch.keys() else None
                 scores = batch.batch["token_level_scores"].sum(dim=-1)
@@ -392,7 +392,7 @@ class V1Adapter:
                 uids = np.array([str(uid) for uid in data.pop("uid").tolist()], dtype=object)
                 response_mask = data["response_mask"] if response_mask is None else response_mask
                 padded = data.to_padded_tensor()
-                infos = [extra.get(names.GEC_INFO_KEY) if isinstance(extra, dict) else None for extra in extras]
+                infos = [extra.get(GEC.info_field) if isinstance(extra, dict) else None for extra in extras]
                 scores = padded["rm_scores"].sum(dim=-1)
                 gec_advantage_outputs(run, step, infos, uids, padded["response_mask"], padded["advantages"], scores,
                                       entropy=entropy if entropy is not None else padded["entropy"])
@@ -441,7 +441,7 @@ class V1Adapter:
             if run.gec_enabled:
                 uids = [str(uid) for uid in data.pop("uid").tolist()]
                 padded = data.to_padded_tensor()
-                infos = [extra.get(names.GEC_INFO_KEY) for extra in extras]
+                infos = [extra.get(GEC.info_field) for extra in extras]
                 metrics.update(gec_metrics(infos, padded["rm_scores"].sum(dim=-1), uids, padded["response_mask"], padded["old_log_probs"]))
             return result
 
