@@ -1,5 +1,5 @@
-"""What a GEC run with one branch forced must show, whichever rollout served it (tests/e2e/test_gec_on_cpu.py
-with the plugin's HF rollout, tests/e2e/test_vllm_rollout_on_cpu.py with verl's vLLM rollout).
+"""What a GEC run must show, whichever rollout served it (tests/e2e/test_gec_controls_on_cpu.py with the
+plugin's HF rollout, tests/e2e/test_vllm_rollout_on_cpu.py with verl's vLLM rollout).
 
 verl's own rollout dump (trainer.rollout_data_dir) shows the TRAINED responses and their final rewards;
 GEC's metrics show what was corrected and how many trained tokens were injected. With the recorder
@@ -15,7 +15,7 @@ import pytest
 from edge_verl.algorithms.gec import ORIGINS, REFLECTION_PHRASE, injected_answer_text, strip_end_tokens
 from edge_verl.demo import task
 
-BRANCHES = {"regenerate": "[1,0,0]", "inject_answer": "[0,1,0]", "replace_solution": "[0,0,1]"}
+BRANCHES = ("regenerate", "inject_answer", "replace_solution")  # the order of edge_gec.probabilities
 INJECTED = ("phrase", "answer", "solution")  # the origins GEC wrote (edge_verl.algorithms.gec.NOT_SAMPLED)
 EDA_KEYS = (
     "zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max",
@@ -34,26 +34,25 @@ def ground_truth(row):
     return str(gts["ground_truth"] if isinstance(gts, dict) else gts)
 
 
-def forced_branch_overrides(branch, validate):
-    """Hydra overrides (a function of the run's folder) forcing ``branch``, dumping rollouts (and validation)."""
-
-    def overrides(out):
-        extra = [f"+algorithm.edge_gec.probabilities={BRANCHES[branch]}", f"trainer.rollout_data_dir={out / 'rollouts'}"]
-        if validate:
-            extra += ["trainer.val_before_train=True", f"trainer.validation_data_dir={out / 'validation'}"]
-        return extra
-
-    return overrides
-
-
-def check_forced_branch_run(out, metrics, branch, validate):
-    """The trained responses, rewards, injected-token counts and metrics of a 1-step run forcing ``branch``."""
-    dump = read_dump(out / "rollouts")
+def check_corrected_responses(dump, metrics):
+    """The trained responses of a 1-step GEC run with the paper's answer source and first attempts kept
+    (``dump``: verl's rollout dump): each corrected response is classified by the text its branch writes,
+    the per-branch counts are GEC's, the injected-token count is the sum of what each branch injected, and a
+    response left as sampled is a correct one."""
     assert len(dump) == 64
-    corrected = [row for row in dump if "Wait!" in row["output"] or row["output"].startswith("The digit to copy is")]
-    assert metrics["edge_verl/gec/corrected"] == len(corrected) > 0
-    assert metrics[f"edge_verl/gec/corrected_{branch}"] == len(corrected)
+    regenerated = [row for row in dump if REFLECTION_PHRASE in row["output"]]
+    answered = [row for row in dump if row["output"].endswith(injected_answer_text(ground_truth(row)))]
+    replaced = [row for row in dump if row["output"] == task.make_solution(ground_truth(row)) and row not in answered]
     assert metrics["edge_verl/gec/responses"] == 64
+    assert metrics["edge_verl/gec/corrected_regenerate"] == len(regenerated)
+    assert metrics["edge_verl/gec/corrected_inject_answer"] == len(answered)
+    assert metrics["edge_verl/gec/corrected_replace_solution"] == len(replaced)
+    assert metrics["edge_verl/gec/corrected"] == len(regenerated) + len(answered) + len(replaced) > 0
+    assert all(row["score"] == 1.0 for row in answered + replaced), "an injected gold answer grades right"
+    corrected = regenerated + answered + replaced
+    assert all(row["score"] == 1.0 for row in dump if row not in corrected), "only correct responses may stay as sampled"
+    if regenerated:
+        assert "edge_verl/gec/regenerate_became_correct" in metrics
     for key in EDA_KEYS:
         assert f"edge_verl/edge_eda/{key}" in metrics
     # the demo's EDGE runs EDA in the reference's form: the actor loss reports the entropy term's share
@@ -61,32 +60,14 @@ def check_forced_branch_run(out, metrics, branch, validate):
     share = metrics["actor/edge_eda/entropy_grad_share"]
     assert 0.0 <= share < 1.0
     assert (share > 0.0) == (metrics["edge_verl/edge_eda/zero_variance_group_frac"] < 1.0)
-    untouched = [row for row in dump if row not in corrected]
-    assert all(row["score"] == 1.0 for row in untouched), "only correct responses may stay as sampled"
+    # byte-level tokens: the phrase per regeneration; the answer sentence or the solution + EOS per injection
     trained_tokens = metrics["response_length/mean"] * 64
     injected_tokens = metrics["edge_verl/gec/injected_token_frac"] * trained_tokens
-
-    if branch == "inject_answer":
-        for row in corrected:
-            assert row["output"].endswith(injected_answer_text(ground_truth(row))), row["output"]
-            assert row["score"] == 1.0
-        # injected text (byte-level tokens) + EOS per corrected response
-        expected = sum(len(injected_answer_text(ground_truth(row)).encode()) + 1 for row in corrected)
-        assert injected_tokens == pytest.approx(expected, rel=1e-4)
-    elif branch == "replace_solution":
-        for row in corrected:
-            assert row["output"] == task.make_solution(ground_truth(row)) and row["score"] == 1.0
-        expected = sum(len(task.make_solution(ground_truth(row)).encode()) + 1 for row in corrected)
-        assert injected_tokens == pytest.approx(expected, rel=1e-4)
-    else:
-        for row in corrected:
-            assert REFLECTION_PHRASE in row["output"]
-        assert injected_tokens == pytest.approx(len(REFLECTION_PHRASE.encode()) * len(corrected), rel=1e-4)
-        assert "edge_verl/gec/regenerate_became_correct" in metrics
-    if validate:
-        validation = read_dump(out / "validation")
-        assert len(validation) == 32 and not any("Wait!" in row["output"] for row in validation)
-    return dump
+    expected = len(REFLECTION_PHRASE.encode()) * len(regenerated)
+    expected += sum(len(injected_answer_text(ground_truth(row)).encode()) + 1 for row in answered)
+    expected += sum(len(task.make_solution(ground_truth(row)).encode()) + 1 for row in replaced)
+    assert injected_tokens == pytest.approx(expected, rel=1e-4)
+    return {"regenerate": regenerated, "inject_answer": answered, "replace_solution": replaced}
 
 
 def check_token_accounting(records, dump, tokenizer, first_sample_tokens):

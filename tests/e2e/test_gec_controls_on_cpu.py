@@ -1,14 +1,20 @@
-"""The reviewers' controls of GEC in verl's real pipeline (the demo's tiny model, 1 training step each), on
-both trainers: what each switch must measurably do, and the per-origin diagnostics of the actor update.
+"""GEC in verl's real pipeline with the plugin's HF rollout (the demo's tiny model, 1 training step each),
+and the reviewers' controls of it, on both trainers: what each switch must measurably do, the per-origin
+diagnostics of the actor update and the responses GEC trained.
 
-- injected_loss=masked: 0 gradient share through GEC's injected tokens (phrase, answer), the rest sums to 1;
-- injected_loss=sft: the NLL term is logged and the surrogate's share through injected tokens is 0;
-- answer_source=placebo: every injected answer / solution grades 0 against the row's gold;
-- first_attempt=drop: a corrected response starts with the phrase / the injected answer.
-masked runs on both trainers (v1 here, legacy with the placebo); sft on the legacy trainer here and in the
-Megatron EDGE-SFT recipe (test_megatron_on_cpu.py); placebo and drop act in the agent loop, which both trainers share,
-so one legacy run draws all three branches with them (the v1 trainer's GEC plumbing: the other v1 runs).
-The demo's step has 2 mini-batches; with 2 PPO epochs, no learning-rate warm-up (whose first step has lr 0)
+- v1, injected_loss=masked, regenerate and inject_answer, first samples capped: 0 gradient share through
+  GEC's injected tokens (phrase, answer), the rest sums to 1; every regeneration continues for its whole
+  budget; each corrected response and the injected-token count match the branch that wrote it;
+- legacy, the three branches in thirds with answer_source=placebo, first_attempt=drop and
+  injected_loss=sft: every injected answer / solution grades 0 against the row's gold, a corrected
+  response starts with the phrase / the injected answer, the NLL term is logged and the surrogate's share
+  through injected tokens is 0, validation is never corrected.
+placebo and drop act in the agent loop, which both trainers share; masked and sft in the actor loss, one on
+each trainer (sft also in the Megatron EDGE-SFT recipe, tests/e2e/test_megatron_on_cpu.py). The paper's
+loss (the injected tokens trained through the surrogate) and every branch's tokens: the vLLM rollout's GEC
+run (tests/e2e/test_vllm_rollout_on_cpu.py). CI's budget folded the forced-regenerate run and the legacy
+SFT run into these two (2+ minutes each).
+Each step has 2 mini-batches; with 2 PPO epochs, no learning-rate warm-up (whose first step has lr 0)
 and a narrow clip range the ratios move away from 1 and some updates are clipped, so the ratio and clip
 statistics are not trivially 1 and 0.
 """
@@ -18,7 +24,7 @@ import pytest
 from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE, injected_answer_text
 from edge_verl.demo import task
 
-from tests.e2e.gec_checks import INJECTED, check_origin_metrics, ground_truth, read_dump
+from tests.e2e.gec_checks import INJECTED, check_corrected_responses, check_origin_metrics, ground_truth, read_dump
 
 
 def _overrides(*extra):
@@ -28,11 +34,11 @@ def _overrides(*extra):
     return overrides
 
 
-def _check_moved_ratios(metrics):
-    """2 mini-batches x 2 epochs, clip 0.05: the policy has moved for most updates."""
-    assert metrics["actor/gec/sampled/ratio_max"] > 1.0 + 1e-3
-    assert metrics["actor/gec/sampled/ratio_mean"] != pytest.approx(1.0, abs=1e-6)
-    assert metrics["actor/gec/sampled/vanilla_clip_frac"] > 0.0
+def _check_moved_ratios(metrics, origin="sampled"):
+    """2 mini-batches x 2 epochs, clip 0.05: the policy has moved for most updates of ``origin``'s tokens."""
+    assert metrics[f"actor/gec/{origin}/ratio_max"] > 1.0 + 1e-3
+    assert metrics[f"actor/gec/{origin}/ratio_mean"] != pytest.approx(1.0, abs=1e-6)
+    assert metrics[f"actor/gec/{origin}/vanilla_clip_frac"] > 0.0
 
 
 MOVING = ("actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.clip_ratio_low=0.05", "actor_rollout_ref.actor.clip_ratio_high=0.05")
@@ -41,13 +47,18 @@ MIXED = "+algorithm.edge_gec.probabilities=[0.5,0.5,0]"
 ANSWER_MARK = ANSWER_TEMPLATE.split("{answer}")[0].strip()
 
 
-@pytest.mark.parametrize("trainer", ["v1", "legacy"])
-def test_masked_and_sft_take_the_injected_tokens_out_of_the_surrogate(run_cpu_demo, trainer):
-    mode = "masked" if trainer == "v1" else "sft"  # masked on legacy: the placebo run below
+# The regeneration caps first samples at 4 tokens (the tiny model's answers are ~10: every one is cut, none
+# correct) with a continuation budget of 6: every regeneration may continue for all 6 tokens (it stops
+# earlier only at EOS, as in the reference), so a regenerated response is 4 sampled + 31 phrase + <= 6 continued.
+FIRST, BUDGET = 4, 6
+CAPS = (f"algorithm.edge_gec.first_sample_tokens={FIRST}", f"algorithm.edge_gec.continuation_tokens={BUDGET}")
+
+
+def test_masked_takes_the_injected_tokens_out_of_the_surrogate_and_regenerations_get_their_budget(run_cpu_demo):
     out, rows = run_cpu_demo(
-        f"gec_{mode}_{trainer}",
-        overrides=_overrides(MIXED, f"+algorithm.edge_gec.injected_loss={mode}", *MOVING),
-        algorithm="edge", trainer=trainer, steps=1, lr_warmup_steps=0,
+        "gec_masked_v1",
+        overrides=_overrides(MIXED, "+algorithm.edge_gec.injected_loss=masked", *MOVING, *CAPS),
+        algorithm="edge", trainer="v1", steps=1, lr_warmup_steps=0,
     )
     metrics = rows[-1]
     check_origin_metrics(metrics)
@@ -56,9 +67,19 @@ def test_masked_and_sft_take_the_injected_tokens_out_of_the_surrogate(run_cpu_de
     for origin in INJECTED:
         assert metrics[f"actor/gec/{origin}/grad_share"] == 0.0, origin
     assert metrics["actor/gec/sampled/grad_share"] + metrics["actor/gec/continuation/grad_share"] == pytest.approx(1.0, abs=1e-6)
-    assert ("actor/gec/sft_nll" in metrics) == (mode == "sft")
-    if mode == "sft":
-        assert metrics["actor/gec/sft_nll"] > 0
+    assert "actor/gec/sft_nll" not in metrics
+    branches = check_corrected_responses(read_dump(out / "rollouts"), metrics)
+    # every first sample was cut at its cap, so every response was corrected, by the two branches drawn
+    assert len(branches["regenerate"]) + len(branches["inject_answer"]) == 64 and not branches["replace_solution"]
+    assert min(len(branches["regenerate"]), len(branches["inject_answer"])) > 0
+    # a response cut at its cap is regenerated with the whole continuation budget
+    assert metrics["edge_verl/gec/continuation_cut"] == 0
+    assert metrics["edge_verl/gec/continuation_tokens_max"] == BUDGET
+    for row in branches["regenerate"]:  # decoded text: one character per byte token at most
+        sampled, _, continued = row["output"].partition(REFLECTION_PHRASE)
+        assert 0 < len(sampled) <= FIRST and len(continued) <= BUDGET, row["output"]
+    for row in branches["inject_answer"]:
+        assert 0 <= len(row["output"]) - len(injected_answer_text(ground_truth(row))) <= FIRST, row["output"]
 
 
 def _corrected(dump):
@@ -68,19 +89,23 @@ def _corrected(dump):
 def test_placebo_and_drop_in_every_branch(run_cpu_demo):
     # One run, the three branches drawn in thirds (each occurs among the ~57 wrong responses of 64): placebo
     # answers and solutions grade 0 against the row's gold, drop leaves no first attempt before the injected
-    # text, masked gives the injected tokens no gradient, and validation is never corrected.
+    # text, sft gives the injected tokens no gradient through the surrogate and trains them through its NLL
+    # term, and validation is never corrected.
     controls = (
         "+algorithm.edge_gec.probabilities=[0.34,0.33,0.33]", "+algorithm.edge_gec.answer_source=placebo",
-        "+algorithm.edge_gec.first_attempt=drop", "+algorithm.edge_gec.injected_loss=masked",
-        "trainer.val_before_train=True",
+        "+algorithm.edge_gec.first_attempt=drop", "+algorithm.edge_gec.injected_loss=sft",
+        "trainer.val_before_train=True", *MOVING,
     )
     out, rows = run_cpu_demo(
         "gec_placebo_drop_legacy",
         overrides=lambda out: [*_overrides(*controls)(out), f"trainer.validation_data_dir={out / 'validation'}"],
-        algorithm="edge", trainer="legacy", steps=1,
+        algorithm="edge", trainer="legacy", steps=1, lr_warmup_steps=0,
     )
     metrics = rows[-1]
     check_origin_metrics(metrics)
+    # drop leaves sampled tokens only in the few responses sampled right: the continuations' ratios move
+    _check_moved_ratios(metrics, origin="continuation")
+    assert metrics["actor/gec/sft_nll"] > 0
     dump = read_dump(out / "rollouts")
     regenerated = [row for row in dump if REFLECTION_PHRASE in row["output"]]
     answered = [row for row in dump if ANSWER_MARK in row["output"]]
@@ -95,7 +120,7 @@ def test_placebo_and_drop_in_every_branch(run_cpu_demo):
         assert row["output"].lstrip().startswith("Wait!") and row["output"].count("\\boxed") == 1, row["output"]
     for row in replaced:  # another problem's solution, graded against this row's gold
         assert row["score"] == 0.0 and row["output"] != task.make_solution(ground_truth(row)), row
-    for origin in INJECTED:  # masked: the phrase, the answer and the solution get no gradient
+    for origin in INJECTED:  # sft: the phrase, the answer and the solution get no gradient through the surrogate
         assert metrics.get(f"actor/gec/{origin}/grad_share", 0.0) == 0.0, origin
     for origin in ("phrase", "answer", "solution", "continuation", "sampled"):
         assert metrics[f"actor/gec/{origin}/token_share"] > 0, origin

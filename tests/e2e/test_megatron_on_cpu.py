@@ -1,8 +1,13 @@
 """The Megatron recipes, unchanged, train with verl's Megatron engine on CPU (megatron-core 0.16.1 + mbridge
-0.15.1, the ``megatron-cpu`` extra; ``EDGE_VERL_CPU=1`` gives them the Megatron CPU overrides): EDGE at
-tensor parallel 1, GEPO at tensor parallel 2 (two gloo processes) with a checkpoint of the weights and the
-thresholds. Every run asserts which engine trained. ~75 s per run. The thresholds' exact resume is checked
-on the FSDP engine (tests/e2e/test_main_ppo_on_cpu.py): a Megatron resume took 2.5 minutes of CI."""
+0.15.1, the ``megatron-cpu`` extra; ``EDGE_VERL_CPU=1`` gives them the Megatron CPU overrides): EDGE-SFT at
+tensor parallel 1 (the plugin's actor-loss hook in Megatron's loss), GEPO at tensor parallel 2 (two gloo
+processes) with a checkpoint of the weights and the thresholds, run as its DRY_RUN prints it, pasted into a
+shell elsewhere (recipes/lib is shared by every recipe, so one recipe shows it for all; CI's budget dropped
+the GEPO FSDP recipe's own as-printed run, 1:40). Every run asserts which engine trained. ~2 min per run.
+The thresholds' exact resume is checked on the FSDP engine (tests/e2e/test_main_ppo_on_cpu.py): a Megatron
+resume took 2.5 minutes of CI. The two runs stay apart: GEC's runs keep no rollout log-probs
+(``calculate_log_probs=False``), so only a run without GEC shows that the rollout samples from the weights
+Megatron exported at tensor parallel 2."""
 
 import json
 
@@ -55,11 +60,11 @@ def gepo_tp2(tmp_path_factory):
     out = tmp_path_factory.mktemp("gepo_megatron_tp2")
     # the tiny model's 259-token vocabulary padded to 264: tensor parallel splits the embedding rows evenly
     options = dict(vocab_multiple=8, CPU_TENSOR_PARALLEL=2)
-    first = run_recipe_on_cpu(out, "run_gepo_qwen3.5-9b_megatron.sh", "gepo", TOTAL_STEPS=2, SAVE_FREQ=2, **options)
+    first = run_recipe_on_cpu(out, "run_gepo_qwen3.5-9b_megatron.sh", "gepo", as_printed=True, TOTAL_STEPS=2, SAVE_FREQ=2, **options)
     return out, first
 
 
-def test_gepo_megatron_recipe_trains_with_tensor_parallel_2(gepo_tp2):
+def test_gepo_megatron_recipe_trains_with_tensor_parallel_2_as_printed(gepo_tp2):
     out, run = gepo_tp2
     assert_megatron_trained(run, tensor_parallel=2)
     assert_rollout_matches_actor(run["records"])

@@ -1,17 +1,19 @@
-"""``edge-verl reproduce`` end to end on CPU: a scaled-down EDGE-GRPO Table 2 (base + GRPO + EDGE rows,
-one seed: the pipeline's folders, checkpoints, weights and skips; mean ± std and the paired interval over
-seeds are tested on hand-computed tables in tests/test_reproduce.py and tests/test_paired_difference.py,
-which keeps CI under its budget) through the unchanged FSDP recipes with the tiny model, validated by verl
-before training and after the last step (the table's optimistic section reads verl's real ``val-core``
-keys), then the evaluation slice, the table, the curves; a second invocation skips everything; run identity
-keeps training sets apart.
+"""``edge-verl reproduce`` end to end on CPU: a scaled-down EDGE-GRPO Table 2 (the base and EDGE rows, one
+seed: the pipeline's folders, checkpoints, weights and skips; mean ± std and the paired interval over seeds
+are tested on hand-computed tables in tests/test_reproduce.py and tests/test_paired_difference.py) through
+the unchanged FSDP EDGE recipe with the tiny model, validated by verl before training and after the last
+step (the table's optimistic section reads verl's real ``val-core`` keys), then the evaluation slice, the
+table, the curves; a second invocation skips everything; run identity keeps training sets apart.
 
 The EDGE row is also the FSDP EDGE recipe's own CPU run (EDA's gradient form and GEC's budget, every
-metric of both, verl's FSDP engine with megatron-core installed and untouched); the GEPO recipe runs as
-its DRY_RUN prints it in tests/e2e/test_recipes_on_cpu.py. A sensitivity sweep is this pipeline with one
-Hydra override appended per grid point: the override reaching GEPO's config is tested in
-tests/integration/test_sensitivity_compose_on_cpu.py, its table and plots on hand-made runs in
-tests/test_sensitivity.py (its own e2e run, two more recipe runs, was folded into this one for CI's budget).
+metric of both, verl's FSDP engine with megatron-core installed and untouched). What CI's budget left out,
+and where it is covered instead: the GRPO row (2.5 minutes; a trained row of the table is a trained row,
+and a GRPO run's metrics are checked in tests/e2e/test_study_on_cpu.py); the GEPO FSDP recipe's run as its
+DRY_RUN prints it (the GEPO Megatron recipe runs as printed in tests/e2e/test_megatron_on_cpu.py; every recipe's
+overrides compose against verl's config in tests/integration/test_recipes_compose_on_cpu.py). A
+sensitivity sweep is this pipeline with one Hydra override appended per grid point: the override reaching
+GEPO's config is tested in tests/integration/test_sensitivity_compose_on_cpu.py, its table and plots on
+hand-made runs in tests/test_sensitivity.py.
 
 The training set is the demo's copy task (the tiny model cannot learn real math in two steps), given to
 the pipeline the way a user gives their own file (``--train-file hard_1k=...``); evaluation runs a slice of
@@ -34,7 +36,7 @@ from tests.recipe_dry_run import parse
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = ("1",)
-ROWS = ("base_1.5b", "grpo_1.5b", "edge_1.5b")
+ROWS = ("base_1.5b", "edge_1.5b")
 EVAL_LIMIT = "3"
 EVAL_TOKENS = "16"
 
@@ -164,7 +166,7 @@ def test_second_invocation_skips_every_finished_stage(reproduced):
     assert second.returncode == 0, second.stderr[-3000:]
     stage_lines = [line for line in second.stdout.splitlines() if line.split(" ", 1)[0] in {"skip", "run", "would", "wrote"}]
     assert stage_lines and all(line.startswith("skip") for line in stage_lines), stage_lines
-    assert len(stage_lines) == 1 + 1 + 2 * len(SEEDS) * 2 + 1  # data, base eval, (grpo, edge) x seeds x (train, eval), report
+    assert len(stage_lines) == 1 + 1 + len(SEEDS) * 2 + 1  # data, base eval, edge x seeds x (train, eval), report
     after = {path: path.stat().st_mtime_ns for path in reproduced["out"].rglob("*.done.json")}
     assert after == reproduced["markers"]
 
@@ -173,15 +175,16 @@ def test_another_training_set_never_loads_this_runs_checkpoint(reproduced):
     """Same recipe, method, model, backend and seed; another training file: the recipe names another
     folder, and forcing this run's folder stops before verl starts, naming the setting that differs."""
     root, out = reproduced["root"], reproduced["out"]
-    other = task.write_parquet(task.make_rows(256, seed=4, split="train"), root / "copy" / "other_train.parquet")
+    # marked for GEC like the EDGE row's own file, so the recipe's GEC checks pass and the identity is what stops it
+    other = task.write_parquet(task.make_rows(256, seed=4, split="train", agent_name=GEC_AGENT_LOOP), root / "copy" / "other_train.parquet")
     env = {**python_environment(), **{key: str(value) for key, value in reproduced["knobs"].items()}}
     env.update({"SEED": "1", "TRAIN_FILE": str(other), "CKPT_ROOT": str(out / "checkpoints")})
-    recipe = REPO / "recipes" / "run_grpo_qwen2.5-math-7b_fsdp.sh"
+    recipe = REPO / "recipes" / "run_edge_qwen2.5-math-1.5b_fsdp.sh"
     dry = subprocess.run(["bash", str(recipe)], env={**env, "DRY_RUN": "1"}, capture_output=True, text=True, check=True).stdout
     folder = parse(dry).values["trainer.default_local_dir"]
-    assert folder.endswith("grpo_model_other_train_fsdp_seed1") and not Path(folder).exists()
-    existing = out / "checkpoints" / "grpo_1.5b_seed1"
+    assert folder.endswith("edge_model_other_train_fsdp_seed1") and not Path(folder).exists()
+    existing = out / "checkpoints" / "edge_1.5b_seed1"
     forced = subprocess.run(["bash", str(recipe)], env={**env, "CKPT_DIR": str(existing)}, capture_output=True, text=True, timeout=300)
     assert forced.returncode == 3, forced.stdout[-2000:] + forced.stderr[-2000:]
-    assert "train_data" in forced.stderr and "copy_train.parquet" in forced.stderr and "other_train.parquet" in forced.stderr
+    assert "train_data" in forced.stderr and "copy_train_gec.parquet" in forced.stderr and "other_train.parquet" in forced.stderr
     assert "Ray" not in forced.stdout, "stopped before verl started"

@@ -11,12 +11,11 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 
 from edge_verl.demo.run import SAMPLE_TOKENS
 from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE
 
-from tests.e2e.gec_checks import BRANCHES, check_origin_metrics, check_token_accounting, read_dump
+from tests.e2e.gec_checks import BRANCHES, check_origin_metrics, check_token_accounting, has_gradient, read_dump
 from tests.e2e.gec_recorder import RECORD_ENV, agent_loop_config
 from tests.e2e.test_main_ppo_on_cpu import assert_grader_metrics
 
@@ -84,6 +83,9 @@ def test_gec_through_vllm_trains_vllms_tokens_in_every_branch(run_cpu_demo, monk
     for branch in BRANCHES:
         assert metrics[f"edge_verl/gec/corrected_{branch}"] == branches[branch]
     check_origin_metrics(metrics)
+    # the paper's loss: the injected tokens are trained through the surrogate (when there is a gradient)
+    assert "actor/gec/sft_nll" not in metrics
+    assert (metrics.get("actor/gec/phrase/grad_share", 0.0) > 0) == has_gradient(metrics)
     assert_grader_metrics(metrics)
     validation = read_dump(out / "validation")
     assert len(validation) == 32 and not any("Wait!" in row["output"] for row in validation)

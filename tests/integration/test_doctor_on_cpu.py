@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import ray
@@ -57,17 +56,6 @@ def test_a_changed_internal_of_either_layer_is_a_problem():
     assert find_problems({**report, "cpu_internals": ["x.y: missing"]}, cpu=False) == ["CPU backend internal changed: x.y: missing"]
 
 
-def test_doctor_fails_loudly_when_grading_workers_cannot_start(tmp_path):
-    broken = tmp_path / "math_verify"
-    broken.mkdir()
-    (broken / "__init__.py").write_text("raise ImportError('simulated: no math_verify here')\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env, timeout=300)
-    assert completed.returncode == 1, completed.stdout + completed.stderr
-    assert "FAIL edge_verl.reward cannot grade" in completed.stdout
-    assert "simulated: no math_verify here" in completed.stdout  # the worker's stderr tail names the cause
-
-
 def test_a_self_check_decided_without_a_worker_is_a_problem():
     from edge_verl.integration.doctor import reward_problems
 
@@ -76,13 +64,20 @@ def test_a_self_check_decided_without_a_worker_is_a_problem():
     assert "scored a correct symbolic answer 0.0" in reward_problems({"score": 0.0, "grader": "deadline", "reason": "deadline"})[0]
 
 
-def test_doctor_fails_loudly_when_the_plugin_is_not_loaded():
-    # verl's own switch turns entry-point discovery off: exactly what a broken plugin looks like to verl
-    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none"}
-    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env)
-    assert completed.returncode == 1
+def test_doctor_fails_loudly_when_the_plugin_is_not_loaded_and_grading_workers_cannot_start(tmp_path):
+    # Two faults in one run (each doctor costs an import of verl): verl's own switch turns entry-point
+    # discovery off, exactly what a broken plugin looks like to verl; a math_verify that cannot be imported
+    # keeps the grading workers from starting. The doctor reports every problem it finds, not the first.
+    broken = tmp_path / "math_verify"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('simulated: no math_verify here')\n")
+    env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": "none", "PYTHONPATH": str(tmp_path)}
+    completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env, timeout=300)
+    assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "FAIL advantage estimator 'edge_eda' is not registered" in completed.stdout
     assert "VERL_USE_EXTERNAL_MODULES" in completed.stdout
+    assert "FAIL edge_verl.reward cannot grade" in completed.stdout
+    assert "simulated: no math_verify here" in completed.stdout  # the worker's stderr tail names the cause
 
 
 @ray.remote
