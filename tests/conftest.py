@@ -1,7 +1,14 @@
 """Test tiers, by folder: pure (everything else: no verl import, seconds), ``verl`` (tests/integration/:
 verl functions in-process, seconds), ``e2e`` (tests/e2e/: real ``main_ppo`` runs on CPU, ~1.5-2 min each).
 The markers are applied here from the folder, so a test cannot sit in a folder and miss its tier.
-``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/."""
+``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
+
+Two workers (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml's addopts): an e2e run is a chain of
+single-process start-ups (driver, Ray, TaskRunner, workers), so the fast tiers run beside it on the other
+core. What must not share the machine with anything else of the suite runs in ONE worker, in collection
+order (the ``serial`` group below): every Ray session (two on one machine fail at start-up), vLLM engines,
+and the tests that measure deadlines (tests/reward/, OpenRLHF's reward hook), which come after the e2e
+runs, by when the other worker is done. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 from pathlib import Path
 
@@ -13,11 +20,26 @@ TESTS = REPO_ROOT / "tests"
 FOLDER_MARKERS = {TESTS / "e2e": "e2e", TESTS / "integration": "verl"}
 
 
+# Tests that run one after another in one worker (see above): folders, and single files of other folders.
+SERIAL = (
+    TESTS / "e2e",
+    TESTS / "integration" / "test_doctor_on_cpu.py",
+    TESTS / "integration" / "test_reward_in_ray_on_cpu.py",
+    TESTS / "integration" / "test_vllm_cpu_on_cpu.py",
+    TESTS / "openrlhf",
+    TESTS / "reward",
+)
+
+
+# tryfirst: xdist's own hook turns the group marker into the node id's suffix, so the marker must be there first
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         for folder, marker in FOLDER_MARKERS.items():
             if item.path.is_relative_to(folder):
                 item.add_marker(marker)
+        if any(item.path == path or item.path.is_relative_to(path) for path in SERIAL):
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.fixture(scope="session")
