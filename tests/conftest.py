@@ -3,10 +3,10 @@ verl functions in-process, seconds), ``e2e`` (tests/e2e/: real ``main_ppo`` runs
 The markers are applied here from the folder, so a test cannot sit in a folder and miss its tier.
 ``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
 
-Two workers (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml's addopts): an e2e run is a chain of
+Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts): an e2e run is a chain of
 single-process start-ups (driver, Ray, TaskRunner, workers), so the fast tiers run beside it on the other
 core. What must not share the machine with anything else of the suite runs in ONE worker, in collection
-order (the ``serial`` group below): every Ray session (two on one machine fail at start-up), vLLM engines,
+order (``SERIAL`` below): every Ray session (two on one machine fail at start-up), vLLM engines,
 and the tests that measure deadlines (tests/reward/, OpenRLHF's reward hook), which come after the e2e
 runs, by when the other worker is done. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
@@ -31,15 +31,30 @@ SERIAL = (
 )
 
 
-# tryfirst: xdist's own hook turns the group marker into the node id's suffix, so the marker must be there first
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         for folder, marker in FOLDER_MARKERS.items():
             if item.path.is_relative_to(folder):
                 item.add_marker(marker)
-        if any(item.path == path or item.path.is_relative_to(path) for path in SERIAL):
-            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
+# The serial tests are one work unit, handed whole to one worker (the largest unit goes first: xdist's
+# load-scope reordering), every other test a unit of its own. xdist's own grouping (``--dist loadgroup``)
+# renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's.
+# tryfirst: xdist's session answers this hook itself, and the first answer is the one used.
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    prefixes = tuple(path.relative_to(config.rootpath).as_posix() for path in SERIAL)
+
+    class SerialAndLoad(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "serial" if nodeid.startswith(prefixes) else nodeid
+
+    return SerialAndLoad(config, log)
 
 
 @pytest.fixture(scope="session")
