@@ -38,21 +38,30 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(marker)
 
 
-# The serial tests are one work unit, handed whole to one worker (the largest unit goes first: xdist's
-# load-scope reordering), every other test a unit of its own. xdist's own grouping (``--dist loadgroup``)
-# renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's.
-# tryfirst: xdist's session answers this hook itself, and the first answer is the one used.
+# The serial tests are one work unit, handed whole to one worker, every other test a unit of its own. With
+# e2e runs in it, the unit goes first (the e2e runs are the critical path, and its deadline tests, last in
+# it, then run when the other worker has long finished); without, it goes last, so that its deadline tests
+# do not run beside the fast tiers either. xdist's own grouping (``--dist loadgroup``) renames node ids,
+# which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session
+# answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    prefixes = tuple(path.relative_to(config.rootpath).as_posix() for path in SERIAL)
+    serial = tuple(path.relative_to(config.rootpath).as_posix() for path in SERIAL)
+    e2e = (TESTS / "e2e").relative_to(config.rootpath).as_posix()
 
     class SerialAndLoad(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "serial" if nodeid.startswith(prefixes) else nodeid
+            return "serial" if nodeid.startswith(serial) else nodeid
+
+        def _assign_work_unit(self, node) -> None:
+            unit = self.workqueue.get("serial")
+            if unit is not None and len(self.workqueue) > 1 and not any(nodeid.startswith(e2e) for nodeid in unit):
+                self.workqueue.move_to_end("serial")
+            super()._assign_work_unit(node)
 
     return SerialAndLoad(config, log)
 
