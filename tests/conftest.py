@@ -39,14 +39,16 @@ SERIAL = (
 BESIDE_NICENESS = 15
 
 
-def _is_serial(path: Path) -> bool:
-    return any(path == serial or path.is_relative_to(serial) for serial in SERIAL)
+def serial_prefixes(rootpath: Path) -> tuple[str, ...]:
+    """SERIAL as the node-id prefixes of its tests (a folder ends in "/"), what both the scheduler and the
+    niceness below test against."""
+    return tuple(path.relative_to(rootpath).as_posix() + ("/" if path.is_dir() else "") for path in SERIAL)
 
 
 def pytest_runtest_setup(item):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    wanted = 0 if _is_serial(item.path) else BESIDE_NICENESS
+    wanted = 0 if item.nodeid.startswith(serial_prefixes(item.config.rootpath)) else BESIDE_NICENESS
     try:
         os.setpriority(os.PRIO_PROCESS, 0, wanted)
     except PermissionError:  # back to 0 needs CAP_SYS_NICE; a serial test then runs niced, never wrong
@@ -72,8 +74,8 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    serial = tuple(path.relative_to(config.rootpath).as_posix() for path in SERIAL)
-    e2e = (TESTS / "e2e").relative_to(config.rootpath).as_posix()
+    serial = serial_prefixes(config.rootpath)
+    e2e = (TESTS / "e2e").relative_to(config.rootpath).as_posix() + "/"
 
     class SerialAndLoad(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
