@@ -144,18 +144,30 @@ def _add_study_parser(commands, trainers) -> None:
                        help="exact (default): offline on the seed's step-0 model and each run's final weights, the same for every method "
                        "(greedy, gold-answer probability, samples seeded per problem, one token cap); verl: verl's validation during each "
                        "run (unseeded; each method under its own response cap)")
-    study.add_argument("--eval-samples", type=int, default=defaults.eval_samples, help=f"exact: samples per problem at T=1 (default {defaults.eval_samples})")
+    study.add_argument("--eval-samples", type=int, default=defaults.eval_samples, help=f"exact: samples per problem (default {defaults.eval_samples})")
     study.add_argument("--eval-seed", type=int, default=defaults.eval_seed, help=f"exact: the evaluation's seed, the same for every method (default {defaults.eval_seed})")
-    study.add_argument("--eval-max-new-tokens", type=int, default=defaults.eval_max_new_tokens,
-                       help=f"exact: the token cap of every evaluated completion (default {defaults.eval_max_new_tokens})")
+    study.add_argument("--eval-max-new-tokens", type=int, default=None,
+                       help="exact: the token cap of every evaluated completion (default: the longest response any of the methods trains on)")
+    study.add_argument("--eval-temperature", type=float, default=None, help="exact: the samples' temperature (default: --temperature)")
+    # The training protocol (edge_verl/study/protocol.py: the report prints it against EDGE-GRPO's reference)
+    study.add_argument("--loss-agg-mode", default=defaults.loss_agg_mode, help=f"verl's actor.loss_agg_mode (default {defaults.loss_agg_mode}, the reference's)")
+    study.add_argument("--temperature", type=float, default=defaults.temperature, help=f"training sampling temperature (default {defaults.temperature:g}, the reference's)")
+    study.add_argument("--updates-per-step", type=int, default=defaults.updates_per_step,
+                       help=f"optimizer updates per training step (default {defaults.updates_per_step}, the reference's)")
+    study.add_argument("--lr", type=float, default=defaults.lr, help=f"actor learning rate (default {defaults.lr:g}, the tiny model's)")
+    study.add_argument("--lr-warmup-steps", type=int, default=defaults.lr_warmup_steps, help=f"learning-rate warm-up steps (default {defaults.lr_warmup_steps})")
+    study.add_argument("--weight-decay", type=float, default=defaults.weight_decay, help=f"AdamW weight decay (default {defaults.weight_decay:g}, the reference's)")
+    study.add_argument("--continuation-tokens", type=int, default=defaults.continuation_tokens,
+                       help=f"GEC's regenerate budget in tokens (default {defaults.continuation_tokens})")
     study.add_argument("--out", type=Path, default=defaults.out, help=f"output folder (default {defaults.out})")
     study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
     study.add_argument("--export", type=Path, default=None, metavar="DIR",
                        help="copy the finished runs' metrics files and the report, recomputed from the copies, to DIR; run nothing")
     study.add_argument("--calibrate", nargs="*", type=int, default=None, metavar="WARM_STEPS",
-                       help="measure the starting point instead: p0 and the all-wrong group share at K=8 of each seed's "
-                       "warm-started model, for each warm-start length given (default: the task's), offline in seconds; run nothing")
+                       help="measure the starting point instead: p0, the all-wrong group share at K=8, the reflection share and GEC's "
+                       "regenerate success of each seed's warm-started model at --temperature, for each warm-start length given "
+                       "(default: the task's), offline in seconds; run nothing")
     study.add_argument("--warm-correct-fraction", nargs="+", type=float, default=None, metavar="F",
                        help="--calibrate: the warm start's share(s) of gold answers to measure (default: the task's)")
     study.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run's verl main_ppo")
@@ -174,7 +186,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"edge-verl study: --warm-correct-fraction {fractions}: each must be in (0, 1]", file=sys.stderr)
         return 2
     try:
-        measured = calibrate(args.task, args.seeds, steps, args.out / "calibration", fractions)
+        measured = calibrate(args.task, args.seeds, steps, args.out / "calibration", fractions, args.temperature, args.continuation_tokens)
     except ValueError as error:  # e.g. a gold share for a mixture, whose parts have their own
         print(f"edge-verl study: {error}", file=sys.stderr)
         return 2
@@ -195,7 +207,9 @@ def _study(args: argparse.Namespace) -> int:
             val_samples=args.val_samples, val_temperature=args.val_temperature, prompts_per_step=args.prompts_per_step,
             responses_per_prompt=args.responses_per_prompt, trainer=args.trainer, out=args.out, evaluation=args.evaluation,
             eval_samples=args.eval_samples, eval_seed=args.eval_seed, eval_max_new_tokens=args.eval_max_new_tokens,
-            extra_overrides=tuple(args.overrides),
+            eval_temperature=args.eval_temperature, loss_agg_mode=args.loss_agg_mode, temperature=args.temperature,
+            updates_per_step=args.updates_per_step, lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, weight_decay=args.weight_decay,
+            continuation_tokens=args.continuation_tokens, extra_overrides=tuple(args.overrides),
         )
         if args.export is not None:
             export(config, args.export)

@@ -103,12 +103,13 @@ def test_the_warm_start_draws_what_it_drew_before_mixtures_and_each_part_its_own
     before = []
     for _ in range(3):
         for question, answer in rng.choices(problems, k=32):
-            before.append((question, answer if rng.random() < 0.16 else answer[::-1]))
+            # the draw now hands out whole completions (a reflection task's can hold two boxes): the boxed answer
+            before.append((question, "\\boxed{" + (answer if rng.random() < 0.16 else answer[::-1]) + "}"))
     draw, rng = tasks.warm_start_draw(pair), random.Random(11)
     assert [example for _ in range(3) for example in draw(rng, 32)] == before
     # the mixture: each part's examples gold in its share (MIX_PART_GOLD); every wrong one is the part's misconception
     draw, rng = tasks.warm_start_draw(tasks.get_task("mix")), random.Random(0)
-    examples = draw(rng, 20000)
+    examples = [(q, c.removeprefix("\\boxed{").removesuffix("}")) for q, c in draw(rng, 20000)]
     for word, gold, share in (("Pair", lambda q: "".join(sorted(set(q.split()[-1]))), tasks.MIX_PART_GOLD[0]), ("Max", lambda q: max(q.split()[-1]), tasks.MIX_PART_GOLD[1])):
         mine = [(q, a) for q, a in examples if q.startswith(word)]
         right = sum(a == gold(q) for q, a in mine) / len(mine)

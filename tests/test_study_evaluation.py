@@ -14,7 +14,18 @@ from edge_verl.reporting import PairedDifference, holm_adjust, minimum_detectabl
 from edge_verl.demo.run import DemoConfig, build_warm_model, model_recipe
 from edge_verl.study.calibrate import Calibration, measure_start
 from edge_verl.study.verdict import PRIMARY_CONTRASTS, baseline_gate, contrasts, verdict_text
-from edge_verl.study.exact_eval import EvalConfig, decode, evaluate_problems, gold_log_probs, gumbel_noise, problem_seed
+from edge_verl.study.exact_eval import (
+    NOISE_CHUNK,
+    Completion,
+    EvalConfig,
+    GumbelNoise,
+    _grader,
+    decode,
+    evaluate_problems,
+    gold_log_probs,
+    gumbel_noise,
+    problem_seed,
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +108,76 @@ def test_greedy_decoding_stops_at_the_end_token_and_respects_the_cap(warm_model)
             assert tokenizer.eos_token_id not in generated[:-1]
 
 
+def _model_and_prompts(folder, questions):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
+               for q in questions]
+    return tokenizer, model, [list(p if isinstance(p, list) else p["input_ids"]) for p in prompts]
+
+
+def test_batched_decoding_with_finished_rows_leaving_equals_a_slow_uncached_decode(warm_model):
+    # pair's prompts all have one length (no padding); at T=3 the rows babble, so they finish at different steps
+    # and past NOISE_CHUNK: the batch shrinks as rows end, and the noise of later chunks is drawn on demand
+    questions = [q for q, _ in _problems("train", 6)]
+    tokenizer, model, prompts = _model_and_prompts(warm_model, questions)
+    seeds = [problem_seed(0, index) for index in range(len(prompts))]
+    cap = NOISE_CHUNK * 2 + 5
+    with torch.inference_mode():
+        batched = decode(model, prompts, GumbelNoise(seeds, 1, 259, 3.0), tokenizer.eos_token_id, tokenizer.pad_token_id, cap)
+        for prompt, seed, got in zip(prompts, seeds, batched):
+            # slow reference: the whole sequence through the model at every step, no cache, one row
+            noise, ids = gumbel_noise(seed, 1, cap, 259, 3.0)[0], list(prompt)
+            expected = []
+            for step in range(cap):
+                logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float() + noise[step]
+                expected.append(int(logits.argmax()))
+                ids.append(expected[-1])
+                if expected[-1] == tokenizer.eos_token_id:
+                    break
+            assert got == expected
+    lengths = [len(row) for row in batched]
+    assert len(set(lengths)) > 1 and max(lengths) > NOISE_CHUNK, lengths  # the test exercised what it claims
+
+
+def test_a_completion_is_graded_by_its_last_box_and_its_first_box_is_kept(warm_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(warm_model))
+    eos = tokenizer.eos_token_id
+    grade = _grader("edge_verl/demo_pair", tokenizer, eos, max_new_tokens=64)
+
+    def ids(text, end=True):
+        return tokenizer.encode(text, add_special_tokens=False) + ([eos] if end else [])
+
+    reflected = ids("\\boxed{62} Wait! Something is wrong here. \\boxed{26}")
+    # wrong first answer, right second one: the reward (last box) says right, the first box wrong; 2 boxes
+    assert grade(reflected, "26") == Completion(1.0, 0.0, len(reflected), False, 2)
+    # the other way round: right first, wrong last
+    swapped = grade(ids("\\boxed{26} Wait! \\boxed{62}"), "26")
+    assert (swapped.correct, swapped.first_correct) == (0.0, 1.0)
+    one = ids("\\boxed{26}")
+    assert grade(one, "26") == Completion(1.0, 1.0, 11, False, 1)  # 10 byte tokens + the end token
+    # no end token at the cap: capped; the same length WITH the end token is not
+    babble = ids("x" * 64, end=False)
+    assert grade(babble, "26") == Completion(0.0, 0.0, 64, True, 0)
+    assert not grade(ids("x" * 63), "26").capped
+
+
+def test_the_evaluation_summarises_every_per_problem_list(warm_model):
+    problems = _problems("heldout", 12)
+    result = evaluate_problems(warm_model, problems, EvalConfig(samples=3, batch_size=5, max_new_tokens=24))
+    per_problem = result["per_problem"]
+    assert all(len(values) == 12 for values in per_problem.values())
+    # the means are of the per-problem lists; a sample's length is at most the cap and at least one token
+    assert result["sampled_first_acc"] == pytest.approx(sum(per_problem["sampled_first"]) / 12)
+    assert result["greedy_capped_frac"] == pytest.approx(sum(per_problem["greedy_capped"]) / 12)
+    assert all(1 <= length <= 24 for length in per_problem["greedy_length"] + per_problem["sampled_length"])
+    assert all(0 <= value <= 1 for key in ("sampled_capped", "sampled_reflected", "sampled_first") for value in per_problem[key])
+
+
 # --- the evaluation ------------------------------------------------------------------------------------------
 
 def test_two_evaluations_of_one_checkpoint_give_identical_numbers(warm_model):
@@ -139,13 +220,46 @@ def test_eval_config_refuses_bad_values_by_name(bad):
 
 
 def test_calibration_measures_the_start_of_a_warm_model(warm_model):
-    measured = measure_start(warm_model, "pair", problems=32)
+    measured = measure_start(warm_model, "pair", 0.6, problems=32)
     assert measured["problems"] == 32
     assert 0 <= measured["p0"] <= 1 and 0 <= measured["all_wrong_group_frac"] <= 1
     # a problem with no correct sample among 8 has sampled accuracy 0; p0 <= 1 - all-wrong share
     assert measured["p0"] <= 1 - measured["all_wrong_group_frac"] + 1e-12
-    line = Calibration("pair", 1, 70, 1.0, **measured).line()
-    assert "p0" in line and "seed 1" in line and "1.00 gold" in line
+    # every wrong sample is regenerated once: (1 - p0) of the 32 x 8 samples
+    assert measured["regenerated"] == round((1 - measured["p0"]) * 32 * 8)
+    line = Calibration("pair", 1, 70, 1.0, 0.6, **measured).line()
+    assert "p0" in line and "seed 1" in line and "1.00 gold" in line and "T=0.6" in line and "regenerate success" in line
+
+
+# --- the reflect task ----------------------------------------------------------------------------------------
+
+def test_a_reflection_follows_only_a_wrong_first_answer_and_uses_gecs_phrase():
+    from edge_verl.algorithms.gec import REFLECTION_PHRASE
+
+    habit = tasks.Reflection(rate=1.0, correct=1.0)
+    rng = random.Random(0)
+    assert habit.completion(rng, "26", "26") == "\\boxed{26}"  # a right answer: never again
+    assert habit.completion(rng, "62", "26") == "\\boxed{62}" + REFLECTION_PHRASE + " \\boxed{26}"
+    # correct=0: the second answer repeats the first; rate=0: no reflection at all
+    assert tasks.Reflection(1.0, 0.0).completion(rng, "62", "26").endswith("\\boxed{62}")
+    assert tasks.Reflection(0.0, 1.0).completion(rng, "62", "26") == "\\boxed{62}"
+    with pytest.raises(ValueError, match="rate"):
+        tasks.Reflection(1.5, 0.5)
+
+
+def test_the_reflect_warm_start_teaches_the_habit_at_its_rates():
+    # reflect: gold 0.16; a wrong first answer is followed by a reflection in 0.3 of the examples, whose second
+    # answer is the gold in 0.4: expected reflection share 0.84 * 0.3 = 0.252, right second answers 0.4 of them
+    the_task = tasks.get_task("reflect")
+    examples = tasks.warm_start_draw(the_task)(random.Random(0), 20000)
+    reflected = [completion for _, completion in examples if "Wait!" in completion]
+    assert len(reflected) / 20000 == pytest.approx(0.84 * 0.3, abs=0.012)
+    answers = dict((q, a) for q, a, _ in the_task.train_problems)
+    second_right = [c for q, c in examples if "Wait!" in c and c.endswith("{" + answers[q] + "}")]
+    assert len(second_right) / len(reflected) == pytest.approx(0.4, abs=0.025)
+    # pair's draw is untouched by the new completions: the same examples as a plain boxed answer
+    pair = tasks.warm_start_draw(tasks.get_task("pair"))(random.Random(0), 50)
+    assert all(completion.startswith("\\boxed{") and completion.count("boxed") == 1 for _, completion in pair)
 
 
 # --- power ---------------------------------------------------------------------------------------------------
@@ -189,7 +303,7 @@ def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, caps
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "0", "--out", str(tmp_path)]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pair")]
     # an untrained model writes no boxed pair: p0 0, every group all wrong; the task's gold share is recorded
-    assert "seed 1" in line and "warm start    0 steps, 0.16 gold: p0 0.000, all-wrong groups (K=8) 1.00" in line
+    assert "seed 1" in line and "warm start    0 steps, 0.16 gold, T=0.6: p0 0.000, all-wrong groups (K=8) 1.00" in line
     assert not (tmp_path / "runs").exists() and (tmp_path / "calibration" / "pair_seed1_warm0_gold0.16").is_dir()
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "-1", "--out", str(tmp_path)]) == 2
     for bad in ("0", "1.5"):
@@ -260,8 +374,7 @@ def test_the_warm_start_teaches_the_task_s_misconception_in_the_wrong_share_of_i
     with tempfile.TemporaryDirectory() as folder:
         tokenizer = Recording(tiny.build_tokenizer(folder))
         model = tiny.build_model(tokenizer.tokenizer, seed=0)
-        tiny.warm_start(model, tokenizer, tasks.warm_start_draw(tasks.get_task("pair"), correct_fraction=0.25), tasks.ANSWER_FORMAT,
-                        steps=10, seed=3)
+        tiny.warm_start(model, tokenizer, tasks.warm_start_draw(tasks.get_task("pair"), correct_fraction=0.25), "{}", steps=10, seed=3)
     golds = {answer for _, answer in tasks.get_task("pair").warm_start_problems()}
     answers = [target[len("\\boxed{"):-1] for target in tokenizer.targets]
     assert len(answers) == 10 * 32

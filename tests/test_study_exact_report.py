@@ -59,9 +59,40 @@ def test_a_learning_baseline_passes_the_gate_and_contrasts_carry_verdicts(tmp_pa
     assert primary["gepo", "grpo"]["verdict"].startswith("no difference detected (detectable: |Δ| >= ")
     text = study_report.report_markdown(report)
     assert "**Baseline gate: passed**" in text and "MDD (80% power)" in text and "seed 1 0.060" in text
-    assert "every completion capped at 16 tokens" in text
+    # one cap for every method, by default the longest response any of them trains on: edge's 16 + 48 + 64 = 128
+    assert "every completion capped at 128 tokens" in text and "samples per problem at T=0.6" in text
+    # the protocol table: the reference's loss aggregation and temperature, the tiny model's lr named as a deviation
+    protocol = {row["setting"]: row for row in report["protocol"]}
+    assert not protocol["loss aggregation"]["deviates"] and protocol["learning rate"]["deviates"] and protocol["learning rate"]["reason"]
+    assert "| loss aggregation | seq-mean-token-mean | seq-mean-token-mean | `actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean` |" in text
     # the evaluation's own noise: SD of (x - 0.01, x + 0.01) x 5 each = 0.01 * sqrt(10 / 9) = 0.010541, / sqrt(10) = 0.003333
     assert report["heldout_sampled_se_max"] == pytest.approx(0.003333, abs=1e-6) and "is at most 0.0033" in text
+
+
+def test_the_page_shows_what_each_method_writes_when_the_evaluation_records_it(tmp_path):
+    # evaluation files with the completion statistics (exact_eval.SUMMARY): edge's final models answer right
+    # in the last box more often than in the first (they reflect), grpo's never write a second box
+    final = {(m, s): 0.1 for m in ("grpo", "edge", "gepo") for s in (1, 2, 3)}
+    config = _write_study(tmp_path, final, {(m, s): 0.12 for m, s in final})
+    for method, seed in config.runs():
+        path = config.run_folder(method, seed) / EVAL_FILE
+        evaluation = json.loads(path.read_text())
+        reflecting = method == "edge"
+        evaluation["heldout"].update(sampled_first_acc=0.05 if reflecting else 0.1, greedy_first_acc=0.5, sampled_reflected_frac=0.3 if reflecting else 0.0,
+                                     sampled_capped_frac=0.01 * seed, greedy_capped_frac=0.0, sampled_length=20.0 if reflecting else 11.0)
+        path.write_text(json.dumps(evaluation))
+    report = study_report.summarize(config)
+    found = report["completions"]
+    assert found["edge"]["sampled_reflected_frac"]["mean"] == pytest.approx(0.3) and found["grpo"]["sampled_reflected_frac"]["mean"] == 0
+    # truncation per seed 0.01, 0.02, 0.03: mean 0.02, sd 0.01
+    assert found["gepo"]["sampled_capped_frac"]["mean"] == pytest.approx(0.02) and found["gepo"]["sampled_capped_frac"]["std"] == pytest.approx(0.01)
+    text = study_report.report_markdown(report)
+    assert "### What the final models write" in text and "| edge | 0.100 ± 0.000 | 0.050 ± 0.000 |" in text
+    assert "the 128-token cap" in text and "longest response any method trains on: 128 tokens" in text
+    # an evaluation file of before (no completion statistics) gives no such section rather than a wrong one
+    del evaluation["heldout"]["sampled_capped_frac"]
+    path.write_text(json.dumps(evaluation))
+    assert "completions" not in study_report.summarize(config)
 
 
 def test_a_baseline_that_did_not_learn_makes_every_verdict_uninformative(tmp_path):

@@ -29,6 +29,8 @@ ALGORITHMS = HEADLINE_ALGORITHMS + tuple(
 # What DemoConfig.algorithm accepts: the above and EDA under its method name (the study's rows say "eda").
 DEMO_METHODS = (*ALGORITHMS, "eda")
 TRAINERS = ("v1", "legacy")
+# verl 0.9.1's actor.loss_agg_mode values (verl.trainer.ppo.core_algos.agg_loss).
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("edge_verl/gec/sampled/score_mean", "reward sampled"),
@@ -66,6 +68,18 @@ class DemoConfig:
     lr_warmup_steps: int = 3
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
+    # The training protocol's other knobs (edge_verl/study/protocol.py compares each with EDGE-GRPO's reference;
+    # the study sets the reference's values). The demo keeps the values its README numbers were measured with:
+    # verl's token-mean loss, sampling at T = 1, two optimizer updates per step (mini-batch = half the prompts),
+    # verl's weight decay 0.01.
+    loss_agg_mode: str = "token-mean"
+    temperature: float = 1.0
+    updates_per_step: int = 2
+    weight_decay: float = 0.01
+    # The sampled response's token cap; None: the task's (Task.sample_tokens). A GEC method's responses get
+    # room for a correction on top (``response_length``): the phrase and ``continuation_tokens``.
+    sample_tokens: int | None = None
+    continuation_tokens: int = 64
     # Supervised warm-start steps; None: the task's own (Task.warm_start_steps; copy: 50 steps leave the
     # tiny model ~12% accurate, just short of learning the task: a weak "base model" that GRPO visibly
     # improves within 20 steps (measured; 150 steps of random-digit format training instead left it at 8%
@@ -117,9 +131,24 @@ class DemoConfig:
             raise ValueError(f"rollout={self.rollout!r}; allowed: {', '.join(ROLLOUTS)}")
         if self.attention_heads is None:
             self.attention_heads = ROLLOUT_ATTENTION_HEADS[self.rollout]
-        for name in ("steps", "prompts_per_step", "responses_per_prompt", "test_freq", "val_samples"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
+        if self.sample_tokens is None:
+            self.sample_tokens = the_task.sample_tokens
+        for name in ("steps", "prompts_per_step", "responses_per_prompt", "test_freq", "val_samples", "updates_per_step",
+                     "sample_tokens", "continuation_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        if self.prompts_per_step % self.updates_per_step:
+            raise ValueError(f"updates_per_step={self.updates_per_step} must divide prompts_per_step={self.prompts_per_step}: "
+                             "each optimizer update takes an equal share of the step's prompts (verl's ppo_mini_batch_size)")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"loss_agg_mode={self.loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}")
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+            raise ValueError(f"temperature={self.temperature!r} must be > 0 (training samples)")
+        if not (isinstance(self.weight_decay, (int, float)) and 0 <= self.weight_decay < float("inf")):
+            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        if isinstance(self.lr_warmup_steps, bool) or not isinstance(self.lr_warmup_steps, int) or self.lr_warmup_steps < 0:
+            raise ValueError(f"lr_warmup_steps={self.lr_warmup_steps!r} must be an integer >= 0")
         if self.responses_per_prompt < 2:
             raise ValueError("responses_per_prompt must be >= 2: group-relative advantages need a group")
         if not self.lr > 0:
@@ -158,6 +187,8 @@ def model_recipe(config: DemoConfig) -> dict:
         "vocab_multiple": config.vocab_multiple,
         "attention_heads": config.attention_heads,
     }
+    if the_task.reflection is not None:  # only then: a task without one keeps the recipe (and model) it had
+        recipe["reflection"] = the_task.reflection.as_list()
     if isinstance(the_task, task.Mixture):  # each part's gold share and misconception make the model too
         recipe["parts"] = {part.name: [gold, part.misconception] for part, gold in zip(the_task.parts, task.gold_shares(the_task))}
     return recipe
@@ -178,7 +209,7 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
         tokenizer, seed=recipe["seed"], vocab_multiple=recipe["vocab_multiple"], attention_heads=recipe["attention_heads"]
     )
     draw = task.warm_start_draw(task.get_task(recipe["task"]), recipe["warm_start_correct_fraction"])
-    tiny.warm_start(model, tokenizer, draw, task.ANSWER_FORMAT, steps=recipe["warm_start_steps"], seed=recipe["seed"])
+    tiny.warm_start(model, tokenizer, draw, "{}", steps=recipe["warm_start_steps"], seed=recipe["seed"])  # draw: whole completions
     tiny.save(model, tokenizer, model_dir, record=recipe)
     return model_dir
 
@@ -202,57 +233,76 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     return inputs
 
 
-# The demo's sampled answers are capped at 16 tokens (~10-token answers of the byte-level model), GEC's
-# first sample too; a correction then grows past it, as in the reference (1024 + up to 256 there): the
-# phrase (31 byte tokens) + a 64-token continuation, or the inject_answer text (up to ~90 tokens): a GEC
-# method's responses get 128 tokens.
-SAMPLE_TOKENS = 16
-GEC_CONTINUATION_TOKENS = 64
-GEC_RESPONSE_TOKENS = 128
+# A sampled answer is capped at the task's ``sample_tokens`` (pair: 16 for ~11-token answers of the byte-level
+# model; reflect: room for an answer, the reflection phrase and a second answer), GEC's first sample too; a
+# correction then grows past it, as in the reference (1024 + up to 256 there): the phrase (31 byte tokens) and
+# a ``continuation_tokens`` continuation, or the inject_answer text (up to ~90 tokens). GEC_ROOM holds the
+# phrase with margin; the GEC loop's preflight checks the fit (check_budget). pair: 16 + 48 + 64 = 128.
+SAMPLE_TOKENS = task.DEFAULT_SAMPLE_TOKENS
+GEC_ROOM = 48
 
 
-def response_length(algorithm: str) -> int:
-    return GEC_RESPONSE_TOKENS if get_method(algorithm).gec else SAMPLE_TOKENS
+def response_length(config: DemoConfig) -> int:
+    """``data.max_response_length`` of ``config``'s run: the sample cap, plus a GEC method's room to correct."""
+    if not get_method(config.algorithm).gec:
+        return config.sample_tokens
+    return config.sample_tokens + GEC_ROOM + config.continuation_tokens
+
+
+def training_overrides(config: DemoConfig) -> dict[str, str]:
+    """The training protocol as verl keys -> values: what edge_verl/study/protocol.py compares with the
+    reference, read from here so that the study's deviation table is the runs' own settings."""
+    mini_batch = config.prompts_per_step // config.updates_per_step
+    return {
+        "actor_rollout_ref.actor.loss_agg_mode": config.loss_agg_mode,
+        "actor_rollout_ref.rollout.temperature": str(float(config.temperature)),
+        "actor_rollout_ref.rollout.top_p": "1.0",
+        "actor_rollout_ref.rollout.n": str(config.responses_per_prompt),
+        "data.train_batch_size": str(config.prompts_per_step),
+        # updates_per_step optimizer updates per step: verl splits the step's prompts into mini-batches
+        "actor_rollout_ref.actor.ppo_mini_batch_size": str(mini_batch),
+        "actor_rollout_ref.actor.ppo_epochs": "1",
+        "actor_rollout_ref.actor.optim.lr": str(float(config.lr)),
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": str(config.lr_warmup_steps),
+        "actor_rollout_ref.actor.optim.lr_scheduler_type": "constant",
+        "actor_rollout_ref.actor.optim.weight_decay": str(float(config.weight_decay)),
+        "actor_rollout_ref.actor.optim.clip_grad": "1.0",  # the v1 engine's; the legacy actor reads grad_clip
+        "actor_rollout_ref.actor.grad_clip": "1.0",
+        "actor_rollout_ref.actor.clip_ratio": "0.2",
+        "actor_rollout_ref.actor.use_kl_loss": "False",
+        "algorithm.use_kl_in_reward": "False",
+        "actor_rollout_ref.actor.entropy_coeff": "0",
+        "data.max_prompt_length": "64",
+        "data.max_response_length": str(response_length(config)),
+        "trainer.total_training_steps": str(config.steps),
+    }
 
 
 def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
     """The complete Hydra override list for verl's main_ppo."""
-    batch = config.prompts_per_step
-    rollouts = batch * config.responses_per_prompt
-    # Two optimizer steps per training step (mini-batch = half the prompts), one micro-batch each.
-    mini_batch = max(1, batch // 2)
-    mini_rollouts = mini_batch * config.responses_per_prompt
+    rollouts = config.prompts_per_step * config.responses_per_prompt
+    # one micro-batch per optimizer update
+    mini_rollouts = config.prompts_per_step // config.updates_per_step * config.responses_per_prompt
     overrides = [
         *method_overrides(
             config.algorithm,
             seed=config.seed,
             eda_form=config.eda_form,
-            first_sample_tokens=SAMPLE_TOKENS,
-            continuation_tokens=GEC_CONTINUATION_TOKENS,
+            first_sample_tokens=config.sample_tokens,
+            continuation_tokens=config.continuation_tokens,
         ),
         f"data.train_files={inputs['train']}",
         f"data.val_files={validation_files(config, inputs)}",
-        f"data.train_batch_size={batch}",
-        "data.max_prompt_length=64",
-        f"data.max_response_length={response_length(config.algorithm)}",
         f"data.seed={config.seed}",
         f"actor_rollout_ref.model.path={inputs['model']}",
-        f"actor_rollout_ref.actor.optim.lr={config.lr}",
-        f"actor_rollout_ref.actor.optim.lr_warmup_steps={config.lr_warmup_steps}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
+        *(f"{key}={value}" for key, value in training_overrides(config).items()),
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini_rollouts}",
-        "actor_rollout_ref.actor.use_kl_loss=False",
-        "actor_rollout_ref.actor.entropy_coeff=0",
-        f"actor_rollout_ref.rollout.n={config.responses_per_prompt}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rollouts}",
-        "actor_rollout_ref.rollout.temperature=1.0",
         *validation_overrides(config),
-        "algorithm.use_kl_in_reward=False",
         "reward.custom_reward_function.path=pkg://edge_verl.reward",
         "reward.custom_reward_function.name=compute_score",
         "trainer.logger=[console,file]",
         f"trainer.use_v1={config.trainer == 'v1'}",
-        f"trainer.total_training_steps={config.steps}",
         *(["+algorithm.edge_metrics.advantage_stats=True"] if config.advantage_stats else []),
         *(["+algorithm.edge_metrics.per_source=True"] if config.per_source_stats else []),
         *save_overrides(config),

@@ -39,9 +39,46 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_verl.algorithms.gec import REFLECTION_PHRASE
+
 ANSWER_FORMAT = "\\boxed{{{}}}"
 # A problem: (question, answer, reference solution ending in the boxed answer, like the papers' data).
 Problem = tuple[str, str, str]
+
+
+# Answers of ~11 byte tokens (\\boxed{26} and the end token): 16 leaves room.
+DEFAULT_SAMPLE_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Reflection:
+    """A warm start's reflection habit, weak and unreliable as EDGE-GRPO's premise has it for a base model: after
+    a WRONG first answer, in ``rate`` of the examples the completion goes on with GEC's reflection phrase and a
+    second answer, the gold in ``correct`` of those and the first answer again otherwise; a right first answer
+    is never followed by one. The phrase is GEC's own (``edge_verl.algorithms.gec.REFLECTION_PHRASE``), so GEC's
+    regenerate branch (first answer + phrase + a sampled continuation) meets the habit the warm start taught."""
+
+    rate: float
+    correct: float
+
+    def __post_init__(self) -> None:
+        for name in ("rate", "correct"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"reflection {name}={value!r} must be in [0, 1]")
+
+    def completion(self, rng: random.Random, first: str, answer: str) -> str:
+        """The completion a warm-start example teaches for first answer ``first`` to a problem whose gold is
+        ``answer``: one box, or after a wrong one sometimes the phrase and a second box (draws from ``rng`` only
+        after a wrong first answer)."""
+        text = ANSWER_FORMAT.format(first)
+        if first == answer or rng.random() >= self.rate:
+            return text
+        second = answer if rng.random() < self.correct else first
+        return f"{text}{REFLECTION_PHRASE} {ANSWER_FORMAT.format(second)}"
+
+    def as_list(self) -> list[float]:
+        return [self.rate, self.correct]
 
 
 @dataclass(frozen=True)
@@ -61,6 +98,11 @@ class Task:
     warm_start_steps: int = 50
     warm_start_correct_fraction: float = 1.0
     misconception: str | None = None
+    # The warm start's reflection habit (None: answers once): after a wrong first answer, sometimes the reflection
+    # phrase and a second answer.
+    reflection: "Reflection | None" = None
+    # The sampled response's token cap (DemoConfig.sample_tokens): room for the answer, and for a reflection.
+    sample_tokens: int = DEFAULT_SAMPLE_TOKENS
 
     def __post_init__(self) -> None:
         if not self.train_problems or not self.heldout_problems:
@@ -69,6 +111,8 @@ class Task:
             raise ValueError(f"task {self.name}: misconception={self.misconception!r}; defined: {', '.join(MISCONCEPTIONS)}")
         if not 0 < self.warm_start_correct_fraction <= 1:
             raise ValueError(f"task {self.name}: warm_start_correct_fraction={self.warm_start_correct_fraction!r} must be in (0, 1]")
+        if isinstance(self.sample_tokens, bool) or not isinstance(self.sample_tokens, int) or self.sample_tokens < 1:
+            raise ValueError(f"task {self.name}: sample_tokens={self.sample_tokens!r} must be an integer >= 1")
         shared = {q for q, _, _ in self.train_problems} & {q for q, _, _ in self.heldout_problems}
         if shared:
             raise ValueError(f"task {self.name}: held-out problems also in training: {sorted(shared)[:3]}")
@@ -111,6 +155,7 @@ class Mixture:
     # per part (part_gold, Task.misconception): the mixture has none of its own
     warm_start_correct_fraction = None
     misconception = None
+    reflection = None  # per part (Task.reflection)
 
     def __post_init__(self) -> None:
         if len(self.part_names) < 2 or len(set(self.part_names)) != len(self.part_names):
@@ -130,6 +175,11 @@ class Mixture:
                 raise ValueError(f"mixture {self.name}: part {name!r} is not a task (a mixture's parts are tasks)")
             found.append(part)
         return tuple(found)
+
+    @property
+    def sample_tokens(self) -> int:
+        """The longest of the parts' sample caps: one cap for the batch."""
+        return max(part.sample_tokens for part in self.parts)
 
     @property
     def train_problems(self) -> tuple[Problem, ...]:
@@ -185,14 +235,17 @@ def gold_shares(the_task: AnyTask, correct_fraction: float | None = None) -> lis
 
 
 def warm_start_draw(the_task: AnyTask, correct_fraction: float | None = None):
-    """The warm start's examples: ``draw(rng, k)`` -> k (question, taught answer) pairs from the task's
-    training problems, the gold answer with probability ``correct_fraction`` (None: each part's own
-    ``warm_start_correct_fraction``), else the part's misconception (none: a random digit). For one task this
+    """The warm start's examples: ``draw(rng, k)`` -> k (question, completion) pairs from the task's training
+    problems, the completion teaching the gold answer with probability ``correct_fraction`` (None: each part's
+    own ``warm_start_correct_fraction``), else the part's misconception (none: a random digit), boxed, and for
+    a part with a ``Reflection`` habit sometimes a second answer after a wrong one. For a task without one this
     draws exactly what the warm start drew before mixtures existed (the same random numbers in the same order)."""
     fractions = gold_shares(the_task, correct_fraction)
     chosen = parts(the_task)
     problems = [(question, answer, number) for number, part in enumerate(chosen) for question, answer, _ in part.train_problems]
     wrongs = [None if part.misconception is None else MISCONCEPTIONS[part.misconception] for part in chosen]
+
+    reflections = [part.reflection for part in chosen]
 
     def draw(rng: random.Random, k: int) -> list[tuple[str, str]]:
         examples = []
@@ -201,7 +254,9 @@ def warm_start_draw(the_task: AnyTask, correct_fraction: float | None = None):
                 taught = answer
             else:
                 taught = wrongs[number](question, answer) if wrongs[number] is not None else str(rng.randrange(10))
-            examples.append((question, taught))
+            reflection = reflections[number]
+            completion = ANSWER_FORMAT.format(taught) if reflection is None else reflection.completion(rng, taught, answer)
+            examples.append((question, completion))
         return examples
 
     return draw
@@ -281,6 +336,10 @@ def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 
 _PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
+# reflect's warm start (measured by ``edge-verl study --task reflect --calibrate``; README's study section).
+REFLECT_WARM_START_STEPS = 300
+REFLECT_GOLD = 0.16
+REFLECT_HABIT = Reflection(rate=0.3, correct=0.4)
 # max's warm-start share of gold answers and the mixture's warm-start length (measured by
 # ``edge-verl study --task mix --calibrate``; README's study section).
 MAX_GOLD = 0.5
@@ -310,6 +369,12 @@ TASKS: dict[str, Task] = {
         Task("pair", "the two digits of a two-digit string, smaller first (warm start: mostly the wrong order)",
              "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=0.16,
              misconception="reversed"),
+        # pair's problems under a warm start with a weak reflection habit (Reflection): after a wrong first answer,
+        # sometimes GEC's phrase and a second answer, now and then right: GEC's regenerate branch can succeed,
+        # and a policy can learn to reflect. 64 tokens hold an answer, the phrase (31 byte tokens) and a second.
+        Task("reflect", "pair, warm-started with a weak habit of answering again after a wrong answer",
+             "edge_verl/demo_reflect", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=REFLECT_WARM_START_STEPS,
+             warm_start_correct_fraction=REFLECT_GOLD, misconception="reversed", reflection=REFLECT_HABIT, sample_tokens=64),
         # pair's strings, the larger digit: warm-started with the smaller one in part of its examples.
         Task("max", "the larger digit of a two-digit string (warm start: often the smaller one)", "edge_verl/demo_max",
              _MAX_TRAIN, _MAX_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=MAX_GOLD, misconception="other_digit"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig
+from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, response_length
 from edge_verl.experiment import changed_keys, read_record
 from edge_verl.methods import get_method
 from edge_verl.study.exact_eval import EvalConfig
@@ -35,6 +35,12 @@ EVAL_FILE = "exact_eval.json"
 # model once and on each run's final weights: deterministic, one token cap for every method).
 EVALUATIONS = ("verl", "exact")
 FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
+# StudyConfig's protocol options (study/protocol.py) and the values a study recorded before they were options
+# ran with (the demo's: verl's token-mean loss, T = 1, two updates per step, a 3-step warm-up, verl's weight
+# decay 0.01, samples evaluated at T = 1): a published study of then reads back as what it ran.
+PROTOCOL_FIELDS = ("loss_agg_mode", "temperature", "updates_per_step", "lr", "lr_warmup_steps", "weight_decay", "continuation_tokens")
+LEGACY_PROTOCOL = {"loss_agg_mode": "token-mean", "temperature": 1.0, "updates_per_step": 2, "lr": 1e-3, "lr_warmup_steps": 3,
+                   "weight_decay": 0.01, "continuation_tokens": 64, "eval_temperature": 1.0}
 
 
 STUDY_METHODS = (*DEMO_METHODS, *EDA_FORM_ROWS)
@@ -71,13 +77,26 @@ class StudyConfig:
     trainer: str = "v1"
     out: Path = Path("runs/study")
     extra_overrides: tuple[str, ...] = ()
+    # The training protocol (edge_verl/study/protocol.py prints it against EDGE-GRPO's reference): the
+    # reference's values where the scale allows (loss aggregation, temperature, one update per step, no
+    # warm-up, no weight decay), the tiny model's learning rate and the task's GEC continuation budget.
+    loss_agg_mode: str = "seq-mean-token-mean"
+    temperature: float = 0.6
+    updates_per_step: int = 1
+    lr: float = 1e-3
+    lr_warmup_steps: int = 0
+    weight_decay: float = 0.0
+    continuation_tokens: int = 64
     # evaluation="exact": the step-0 model (shared by a seed's methods) and every final model are scored
     # offline on every seen and held-out problem: greedy, gold-answer probability and ``eval_samples``
-    # samples at T=1 seeded per problem by ``eval_seed``, all capped at ``eval_max_new_tokens``.
+    # samples at ``eval_temperature`` (None: the training temperature) seeded per problem by ``eval_seed``,
+    # all capped at ``eval_max_new_tokens`` (None: the longest response any of the study's methods trains on,
+    # so that what a method learned to write, a reflection included, is what it is graded on).
     evaluation: str = "exact"
     eval_samples: int = 4
     eval_seed: int = 0
-    eval_max_new_tokens: int = 16
+    eval_max_new_tokens: Optional[int] = None
+    eval_temperature: Optional[float] = None
     # Filled in: the scale fields of DemoConfig that the study does not change (lr, warm start), recorded
     # in every identity so that a changed default is a changed run.
     demo_defaults: dict = field(default_factory=dict)
@@ -101,19 +120,24 @@ class StudyConfig:
             raise ValueError(f"evaluation={self.evaluation!r}; allowed: {', '.join(EVALUATIONS)}")
         if self.is_mixture and self.evaluation != "exact":
             raise ValueError(f"task {self.task} is a mixture: its report splits the exact evaluation by task; use evaluation='exact'")
-        self.eval_config()  # validates the evaluation's options
         self.out = Path(self.out)
         self.extra_overrides = tuple(self.extra_overrides)
         probe = self.demo_config(self.methods[0], self.seeds[0])  # validates the scale the demo's way
         for method in self.methods[1:]:  # and every method as the demo will take it, before any run starts
             self.demo_config(method, self.seeds[0])
+        if self.eval_max_new_tokens is None:
+            self.eval_max_new_tokens = self.longest_response()
+        if self.eval_temperature is None:
+            self.eval_temperature = self.temperature
+        self.eval_config()  # validates the evaluation's options
         self.demo_defaults = {"lr": probe.lr, "lr_warmup_steps": probe.lr_warmup_steps, "warm_start_steps": probe.warm_start_steps,
                               "warm_start_correct_fraction": probe.warm_start_correct_fraction}
 
     @classmethod
     def from_dict(cls, data: dict, out: Optional[Path] = None) -> "StudyConfig":
-        """The config ``as_dict`` recorded (a report's ``study``), optionally moved to another folder."""
-        fields = {key: value for key, value in data.items() if key != "demo_defaults"}
+        """The config ``as_dict`` recorded (a report's ``study``), optionally moved to another folder. A study
+        recorded before the protocol was an option ran the demo's protocol (``LEGACY_PROTOCOL``)."""
+        fields = {**LEGACY_PROTOCOL, **{key: value for key, value in data.items() if key != "demo_defaults"}}
         fields.update(methods=tuple(fields["methods"]), seeds=tuple(fields["seeds"]), extra_overrides=tuple(fields["extra_overrides"]))
         config = cls(**{**fields, "out": Path(out if out is not None else fields["out"])})
         if data.get("demo_defaults", config.demo_defaults) != config.demo_defaults:
@@ -131,7 +155,12 @@ class StudyConfig:
         return self.out / "runs" / self.run_name(method, seed)
 
     def eval_config(self) -> EvalConfig:
-        return EvalConfig(max_new_tokens=self.eval_max_new_tokens, samples=self.eval_samples, temperature=1.0, seed=self.eval_seed)
+        return EvalConfig(max_new_tokens=self.eval_max_new_tokens, samples=self.eval_samples, temperature=self.eval_temperature,
+                          seed=self.eval_seed)
+
+    def longest_response(self) -> int:
+        """The longest ``data.max_response_length`` among the study's methods (a GEC method's corrections)."""
+        return max(response_length(self.demo_config(method, self.seeds[0])) for method in self.methods)
 
     def seed_model_folder(self, seed: int) -> Path:
         """evaluation="exact": the warm-started model every method of ``seed`` trains from."""
@@ -159,6 +188,7 @@ class StudyConfig:
             val_samples=self.val_samples,
             val_temperature=self.val_temperature,
             extra_overrides=list(self.extra_overrides),
+            **{name: getattr(self, name) for name in PROTOCOL_FIELDS},  # DemoConfig's fields of the same names
         )
 
     def identity(self, method: str, seed: int) -> dict:
@@ -176,6 +206,7 @@ class StudyConfig:
             "prompts_per_step": self.prompts_per_step,
             "responses_per_prompt": self.responses_per_prompt,
             "extra_overrides": list(self.extra_overrides),
+            **{name: getattr(self, name) for name in PROTOCOL_FIELDS},
             **self.demo_defaults,
             **({"evaluation": self.eval_config().as_dict()} if self.evaluation == "exact" else {}),
         }

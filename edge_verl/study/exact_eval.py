@@ -10,9 +10,13 @@ Three numbers per problem, each a deterministic function of the weights and the 
   evaluation seed and i, never on the batch it falls in, the other problems, or the method, so every method
   of one seed that evaluates the same weights reports the same numbers, and two methods face the same draws.
 
-One token cap (``max_new_tokens``) for every model a study evaluates: a method's own training budget (GEC's
-longer corrected responses) never changes how it is measured. Completions are graded by this package's
-reward (``edge_verl.reward.compute_score``), the one that trained them.
+One token cap (``max_new_tokens``) for every model a study evaluates, at least as long as the longest
+response any of its methods trains on (the study sets it: ``StudyConfig.eval_max_new_tokens``), so that a
+method's reflection (a second answer after the first) counts at test time as it did in training, and a
+method's own training budget never changes how it is measured. Completions are graded by this package's
+reward (``edge_verl.reward.compute_score``), the one that trained them: the LAST box. Each completion also
+records its first box's grade, its length and whether it hit the cap without the end token
+(``Completion``), so a report can tell a right first answer from a right second one, and truncation.
 
 Differs from verl's validation (``val-core/*``), which the study no longer uses for its numbers: that one
 samples through the rollout with no per-problem seed (arrival order decides the draws), so two validations
@@ -27,7 +31,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 # A problem as the evaluator takes it: (question, answer), the question as the chat's user message.
 Problem = tuple[str, str]
@@ -97,47 +101,90 @@ def _logits(model, ids, mask):
     return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
 
 
-def decode(model, prompts: Sequence[Sequence[int]], noise, eos_id: int, pad_id: int, max_new_tokens: int) -> list[list[int]]:
-    """Completions of ``prompts`` (token ids), one token at a time: argmax of logits + ``noise[:, step]``
-    (Gumbel noise scaled by the temperature, or None for greedy), stopping a row at ``eos_id`` (kept).
-    The prompt is encoded once and each new token attends to the cached keys and values.
+# Steps of Gumbel noise drawn at once per problem: a problem's noise is one stream from its own generator,
+# drawn in chunks as its rows need them, so a long cap costs noise only for the steps some row reaches.
+NOISE_CHUNK = 16
 
-    noise: (B, max_new_tokens, V) or None. Returns each row's generated ids."""
+
+class GumbelNoise:
+    """Gumbel noise times ``temperature`` for ``samples`` rows per problem, problem i's drawn from its own
+    generator seeded with ``seeds[i]`` in chunks of NOISE_CHUNK steps: ``argmax(logits + noise)`` samples
+    softmax(logits / temperature) exactly, and the noise of (problem, sample, step) is a function of the
+    problem's seed alone, never of the batch, the cap or which other rows are still generating.
+
+    Rows are problem-major, sample-minor (row r: problem r // samples, sample r % samples)."""
+
+    def __init__(self, seeds: Sequence[int], samples: int, vocab: int, temperature: float):
+        import torch
+
+        self.samples, self.vocab, self.temperature = samples, vocab, temperature
+        self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+        self.chunks: list[list] = [[] for _ in seeds]
+
+    def _chunk(self, problem: int, number: int):
+        import torch
+
+        drawn = self.chunks[problem]
+        while len(drawn) <= number:  # in order: chunk k is always the generator's k-th draw
+            uniform = torch.rand((self.samples, NOISE_CHUNK, self.vocab), generator=self.generators[problem], dtype=torch.float64)
+            uniform = uniform.clamp(min=1e-300, max=1.0 - 1e-16)
+            drawn.append((-torch.log(-torch.log(uniform)) * self.temperature).float())
+        return drawn[number]
+
+    def at(self, rows: Sequence[int], step: int):
+        """(len(rows), vocab) noise of ``rows`` at generation step ``step``."""
+        import torch
+
+        number, offset = divmod(step, NOISE_CHUNK)
+        return torch.stack([self._chunk(row // self.samples, number)[row % self.samples, offset] for row in rows])
+
+
+def decode(model, prompts: Sequence[Sequence[int]], noise: Optional[GumbelNoise], eos_id: int, pad_id: int,
+           max_new_tokens: int) -> list[list[int]]:
+    """Completions of ``prompts`` (token ids), one token at a time: argmax of logits + the rows' noise at that
+    step (``GumbelNoise``, or None for greedy), stopping a row at ``eos_id`` (kept) or at ``max_new_tokens``.
+
+    The prompt is encoded once and each new token attends to the cached keys and values; a finished row leaves
+    the batch (its cache rows are dropped), so a batch costs the tokens its rows generate, not its longest row
+    times its size. Returns each row's generated ids; a row without ``eos_id`` hit the cap."""
     import torch
 
     ids, mask = _left_pad(prompts, pad_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
     generated: list[list[int]] = [[] for _ in prompts]
+    active = list(range(len(prompts)))
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
     for step in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()
         if noise is not None:
-            logits = logits + noise[:, step, : logits.shape[-1]]
-        token = logits.argmax(-1)
-        token = torch.where(done, torch.full_like(token, pad_id), token)
-        for row in torch.nonzero(~done).flatten().tolist():
-            generated[row].append(int(token[row]))
-        done = done | (token == eos_id)
-        if bool(done.all()) or step == max_new_tokens - 1:
+            logits = logits + noise.at(active, step)[:, : logits.shape[-1]]
+        tokens = logits.argmax(-1)
+        keep = []
+        for position, row in enumerate(active):
+            generated[row].append(int(tokens[position]))
+            if int(tokens[position]) != eos_id:
+                keep.append(position)
+        if not keep or step == max_new_tokens - 1:
             break
-        # a finished row's later tokens are padding, masked out; positions go on counting real tokens
-        mask = torch.cat([mask, (~done | (token == eos_id)).long()[:, None]], dim=1)
+        if len(keep) < len(active):  # finished rows leave the batch and the cache
+            index = torch.tensor(keep, dtype=torch.long)
+            cache.batch_select_indices(index)
+            mask, positions, tokens = mask[index], positions[index], tokens[index]
+            active = [active[position] for position in keep]
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype)], dim=1)
         positions = positions[:, -1:] + 1
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
-                    past_key_values=out.past_key_values, use_cache=True)
+        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        cache = out.past_key_values
     return generated
 
 
 def gumbel_noise(seed: int, samples: int, max_new_tokens: int, vocab: int, temperature: float):
-    """(samples, max_new_tokens, vocab) Gumbel noise times ``temperature``: argmax(logits + it) samples
-    softmax(logits / temperature) exactly."""
+    """(samples, max_new_tokens, vocab): the first ``max_new_tokens`` steps of one problem's ``GumbelNoise``."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    uniform = torch.rand((samples, max_new_tokens, vocab), generator=generator, dtype=torch.float64)
-    uniform = uniform.clamp(min=1e-300, max=1.0 - 1e-16)
-    return (-torch.log(-torch.log(uniform)) * temperature).float()
+    source = GumbelNoise([seed], samples, vocab, temperature)
+    return torch.stack([source.at(range(samples), step) for step in range(max_new_tokens)], dim=1)
 
 
 def gold_log_probs(model, tokenizer, prompts: Sequence[Sequence[int]], golds: Sequence[Sequence[int]]) -> list[float]:
@@ -157,61 +204,119 @@ def gold_log_probs(model, tokenizer, prompts: Sequence[Sequence[int]], golds: Se
     return totals
 
 
-def _grader(data_source: str, tokenizer):
-    """grade(completion ids, answer) -> 0/1 by the package's reward, each distinct (text, answer) graded once
-    (a trained model repeats its answers: most of an evaluation's samples are repeats)."""
+@dataclass(frozen=True)
+class Completion:
+    """What the evaluation keeps of one completion: graded by the reward (its LAST box, as in training) and by its
+    first box alone (what the model answered before any reflection), its length in tokens (end token
+    included), whether it hit the cap without the end token, and how many boxes it wrote (two or more: it
+    answered again after its first answer)."""
+
+    correct: float
+    first_correct: float
+    length: int
+    capped: bool
+    boxes: int
+
+
+# Boxes counted per completion: enough to tell one answer from a reflection's second (a completion is at most
+# the cap long; more boxes than this count as this many).
+BOXES_COUNTED = 8
+
+
+def _grader(data_source: str, tokenizer, eos_id: int, max_new_tokens: int):
+    """grade(completion ids, answer) -> ``Completion``, by the package's reward: each distinct (text, answer)
+    graded once (a trained model repeats its answers: most of an evaluation's samples are repeats)."""
     from edge_verl.reward import compute_score
+    from edge_verl.reward.extract import last_boxed_spans
 
-    graded: dict[tuple[str, str], float] = {}
+    scores: dict[tuple[str, str], float] = {}
 
-    def grade(completion: Sequence[int], answer: str) -> float:
-        key = (tokenizer.decode(list(completion), skip_special_tokens=True), answer)
-        if key not in graded:
-            graded[key] = float(compute_score(data_source, key[0], answer)["score"])
-        return graded[key]
+    def score(text: str, answer: str) -> float:
+        if (text, answer) not in scores:
+            scores[(text, answer)] = float(compute_score(data_source, text, answer)["score"])
+        return scores[(text, answer)]
+
+    def grade(completion: Sequence[int], answer: str) -> Completion:
+        text = tokenizer.decode(list(completion), skip_special_tokens=True)
+        boxes = last_boxed_spans(text, BOXES_COUNTED)
+        first = score(text[boxes[0][0] : boxes[0][1]], answer) if boxes else 0.0
+        capped = len(completion) >= max_new_tokens and completion[-1] != eos_id
+        return Completion(score(text, answer), first, len(completion), capped, len(boxes))
 
     return grade
 
 
-def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config: EvalConfig, data_source: str = "edge_verl/study") -> dict:
-    """Score the model in ``model_dir`` on ``problems``: per-problem lists ``greedy``, ``gold_prob``,
-    ``sampled`` and their means (``greedy_acc``, ``gold_prob``, ``sampled_acc``), plus ``config`` and ``n``.
+# Per problem, from its greedy completion and (mean over) its samples: the keys of ``per_problem``.
+GREEDY_FIELDS = {"greedy": "correct", "greedy_first": "first_correct", "greedy_length": "length", "greedy_capped": "capped"}
+SAMPLED_FIELDS = {"sampled": "correct", "sampled_first": "first_correct", "sampled_length": "length",
+                  "sampled_capped": "capped", "sampled_reflected": "reflected"}
+# Means over problems reported beside the per-problem lists: summary key -> per-problem key.
+SUMMARY = {"greedy_acc": "greedy", "greedy_first_acc": "greedy_first", "greedy_length": "greedy_length",
+           "greedy_capped_frac": "greedy_capped", "gold_prob": "gold_prob", "sampled_acc": "sampled",
+           "sampled_first_acc": "sampled_first", "sampled_length": "sampled_length", "sampled_capped_frac": "sampled_capped",
+           "sampled_reflected_frac": "sampled_reflected"}
 
-    Deterministic: the same weights, problems and config give the same numbers, bit for bit, on one machine."""
+
+def _value(completion: Completion, field: str) -> float:
+    if field == "reflected":
+        return float(completion.boxes >= 2)
+    return float(getattr(completion, field))
+
+
+def load_model(model_dir: str | Path):
+    """(model in eval mode, float32; its tokenizer) from a model folder."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if not problems:
-        raise ValueError("evaluate_problems: no problems")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def sample_completions(model, tokenizer, prompts: Sequence[Sequence[int]], config: EvalConfig, first_index: int = 0) -> list[list[list[int]]]:
+    """``config.samples`` completions of each prompt at ``config.temperature``, capped at ``config.max_new_tokens``:
+    prompt k draws from the noise of problem ``first_index + k`` (``problem_seed``). Per prompt, its samples."""
     vocab = model.get_output_embeddings().weight.shape[0]
-    grade = _grader(data_source, tokenizer)
-    greedy, gold_prob, sampled = [], [], []
+    noise = GumbelNoise([problem_seed(config.seed, first_index + offset) for offset in range(len(prompts))], config.samples, vocab,
+                        config.temperature)
+    repeated = [prompt for prompt in prompts for _ in range(config.samples)]  # problem-major, sample-minor
+    completions = decode(model, repeated, noise, tokenizer.eos_token_id, tokenizer.pad_token_id, config.max_new_tokens)
+    return [completions[offset * config.samples : (offset + 1) * config.samples] for offset in range(len(prompts))]
+
+
+def evaluate_problems(model_dir: str | Path, problems: Sequence[Problem], config: EvalConfig, data_source: str = "edge_verl/study") -> dict:
+    """Score the model in ``model_dir`` on ``problems``: per-problem lists (``GREEDY_FIELDS``, ``gold_prob``,
+    ``SAMPLED_FIELDS``: the greedy completion's correctness by its last and by its first box, its length and
+    whether it hit the cap; the same as means over the samples, and their share with a second box) and their
+    means (``SUMMARY``), plus ``config``, ``n`` and the problems' digest.
+
+    Deterministic: the same weights, problems and config give the same numbers, bit for bit, on one machine."""
+    import torch
+
+    if not problems:
+        raise ValueError("evaluate_problems: no problems")
+    model, tokenizer = load_model(model_dir)
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    grade = _grader(data_source, tokenizer, eos_id, config.max_new_tokens)
+    per_problem: dict[str, list[float]] = {key: [] for key in (*GREEDY_FIELDS, "gold_prob", *SAMPLED_FIELDS)}
     with torch.inference_mode():
         for start in range(0, len(problems), config.batch_size):
             batch = problems[start : start + config.batch_size]
             prompts = [_prompt_ids(tokenizer, question) for question, _ in batch]
             golds = [tokenizer.encode(ANSWER_FORMAT.format(answer), add_special_tokens=False) + [eos_id] for _, answer in batch]
             for completion, (_, answer) in zip(decode(model, prompts, None, eos_id, pad_id, config.max_new_tokens), batch):
-                greedy.append(grade(completion, answer))
-            gold_prob.extend(math.exp(value) for value in gold_log_probs(model, tokenizer, prompts, golds))
-            noise = torch.cat([
-                gumbel_noise(problem_seed(config.seed, start + offset), config.samples, config.max_new_tokens, vocab, config.temperature)
-                for offset in range(len(batch))
-            ])  # rows: problem-major, sample-minor
-            repeated = [prompt for prompt in prompts for _ in range(config.samples)]
-            completions = decode(model, repeated, noise, eos_id, pad_id, config.max_new_tokens)
-            for offset, (_, answer) in enumerate(batch):
-                mine = completions[offset * config.samples : (offset + 1) * config.samples]
-                sampled.append(sum(grade(c, answer) for c in mine) / config.samples)
+                graded = grade(completion, answer)
+                for key, field in GREEDY_FIELDS.items():
+                    per_problem[key].append(_value(graded, field))
+            per_problem["gold_prob"].extend(math.exp(value) for value in gold_log_probs(model, tokenizer, prompts, golds))
+            for samples, (_, answer) in zip(sample_completions(model, tokenizer, prompts, config, start), batch):
+                graded = [grade(completion, answer) for completion in samples]
+                for key, field in SAMPLED_FIELDS.items():
+                    per_problem[key].append(statistics.fmean(_value(one, field) for one in graded))
     return {
         "n": len(problems),
         "problems_sha256": problems_digest(problems),
         "config": config.as_dict(),
-        "greedy_acc": statistics.fmean(greedy),
-        "gold_prob": statistics.fmean(gold_prob),
-        "sampled_acc": statistics.fmean(sampled),
-        "per_problem": {"greedy": greedy, "gold_prob": gold_prob, "sampled": sampled},
+        **{key: statistics.fmean(per_problem[source]) for key, source in SUMMARY.items()},
+        "per_problem": per_problem,
     }

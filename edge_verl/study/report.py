@@ -32,8 +32,9 @@ from edge_verl.demo.run import trained_steps
 from edge_verl.experiment import source_commit
 from edge_verl.methods import get_method
 from edge_verl.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
-from edge_verl.study.config import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError, method_of, plan
+from edge_verl.study.config import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, LEGACY_PROTOCOL, StudyConfig, StudyError, method_of, plan
 from edge_verl.study.mixture import part_markdown, part_summary, part_values
+from edge_verl.study.protocol import deviation_table
 from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
@@ -112,7 +113,7 @@ COLUMNS = (
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 HEADLINE = ("heldout_acc", "seen_acc")
 
-_EXACT_STATS = (("greedy_acc", "greedy", "greedy accuracy"), ("sampled_acc", "sampled", "accuracy of seeded samples at T=1"),
+_EXACT_STATS = (("greedy_acc", "greedy", "greedy accuracy"), ("sampled_acc", "sampled", "accuracy of seeded samples at the evaluation's temperature"),
                 ("gold_prob", "gold prob", "teacher-forced probability of the gold answer"))
 EXACT_COLUMNS = tuple(
     Column(f"{split}_{short.replace(' ', '_')}{'' if final else '_start'}", f"{split} {short}{'' if final else ' @0'}",
@@ -123,6 +124,19 @@ EXACT_COLUMNS = tuple(
 # evaluation="exact": the contrasts' metric, and the gate's (seen accuracy sampled as in training).
 PRIMARY_METRIC = "heldout_sampled"
 GATE_SEEN, GATE_SEEN_START = "seen_sampled", "seen_sampled_start"
+# What the final models WRITE on the held-out problems (the exact evaluation's completion statistics,
+# exact_eval.SUMMARY): reward-graded (last box) vs first-box accuracy, reflections, truncation at the cap and
+# length, per method. key in the evaluation file -> (label, digits).
+COMPLETION_STATS = {
+    "sampled_acc": ("sampled acc (last box)", 3),
+    "sampled_first_acc": ("sampled acc (first box)", 3),
+    "greedy_acc": ("greedy acc (last box)", 3),
+    "greedy_first_acc": ("greedy acc (first box)", 3),
+    "sampled_reflected_frac": ("samples with a 2nd box", 3),
+    "sampled_capped_frac": ("samples truncated", 3),
+    "greedy_capped_frac": ("greedy truncated", 3),
+    "sampled_length": ("sample length", 1),
+}
 
 
 def columns_for(evaluation: str) -> tuple[Column, ...]:
@@ -286,9 +300,10 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
             if method != BASELINE:
                 found["vs_baseline"] = paired_columns(found["per_seed"], baseline["per_seed"], column_keys, CONFIDENCE)
     low, high = window_of(config.steps)
-    extra = {} if config.evaluation != "exact" else exact_verdicts(config, runs, methods)
+    extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs)}
     return {
         **extra,
+        "protocol": deviation_table(config),
         "format": FORMAT,
         "study": config.as_dict(),
         "published_from": published_from,
@@ -307,6 +322,20 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         "not_finished": not_finished,
         "methods": methods,
     }
+
+
+def completion_summary(config: StudyConfig, runs: dict) -> dict:
+    """evaluation="exact": {completions: method -> stat -> summary over seeds, of the final models on the held-out
+    problems (``COMPLETION_STATS``), eval_cap, longest_response}; empty for evaluation files that predate the
+    completion statistics."""
+    per_method: dict[str, dict[str, dict]] = {}
+    for run in runs.values():
+        final = json.loads((config.out / run["folder"] / EVAL_FILE).read_text())["heldout"]
+        if not all(key in final for key in COMPLETION_STATS):
+            return {}
+        per_method.setdefault(run["method"], {})[str(run["seed"])] = {key: float(final[key]) for key in COMPLETION_STATS}
+    return {"completions": {method: columns_over_seeds(per_seed, tuple(COMPLETION_STATS)) for method, per_seed in per_method.items()},
+            "eval_cap": config.eval_max_new_tokens, "longest_response": config.longest_response()}
 
 
 def sampling_se(per_problem: Sequence[float]) -> Optional[float]:
@@ -353,16 +382,30 @@ def _cell(entry: Optional[dict], digits: int) -> str:
     return f"{entry['mean']:.{digits}f}" + (f" ± {entry['std']:.{digits}f}" if entry["n"] > 1 else "")
 
 
+# What a study's default evaluation cap and temperature follow from.
+_DERIVED_FROM = ("task", "methods", "seeds", "prompts_per_step", "responses_per_prompt", "continuation_tokens", "temperature",
+                 "updates_per_step")
+
+
 def command_of(study: dict, out: Optional[str] = None) -> str:
     """The ``edge-verl study`` command that regenerates a report (its options as recorded; ``out``: another
     output folder)."""
     defaults = StudyConfig()
+    study = {**LEGACY_PROTOCOL, **study}  # recorded before the protocol was an option: it ran the legacy one
     parts = ["edge-verl study"]
     for name, flag in (("task", "--task"), ("steps", "--steps"), ("test_freq", "--test-freq"), ("val_samples", "--val-samples"),
                        ("val_temperature", "--val-temperature"), ("prompts_per_step", "--prompts-per-step"),
                        ("responses_per_prompt", "--responses-per-prompt"), ("trainer", "--trainer"), ("evaluation", "--evaluation"),
-                       ("eval_samples", "--eval-samples"), ("eval_seed", "--eval-seed"), ("eval_max_new_tokens", "--eval-max-new-tokens")):
+                       ("eval_samples", "--eval-samples"), ("eval_seed", "--eval-seed"), ("loss_agg_mode", "--loss-agg-mode"),
+                       ("temperature", "--temperature"), ("updates_per_step", "--updates-per-step"), ("lr", "--lr"),
+                       ("lr_warmup_steps", "--lr-warmup-steps"), ("weight_decay", "--weight-decay"),
+                       ("continuation_tokens", "--continuation-tokens")):
         if study.get(name, getattr(defaults, name)) != getattr(defaults, name):
+            parts.append(f"{flag} {study[name]}")
+    # the evaluation's cap and temperature follow the study's methods and temperature unless set
+    derived = StudyConfig(**{key: value for key, value in study.items() if key in _DERIVED_FROM}) if study.get("task") else defaults
+    for name, flag in (("eval_max_new_tokens", "--eval-max-new-tokens"), ("eval_temperature", "--eval-temperature")):
+        if study.get(name) is not None and study[name] != getattr(derived, name):
             parts.append(f"{flag} {study[name]}")
     if tuple(study["methods"]) != defaults.methods:
         parts.append("--methods " + " ".join(study["methods"]))
@@ -399,8 +442,10 @@ def report_markdown(report: dict) -> str:
     keys = [column["key"] for column in report["columns"]]
     if study.get("evaluation", "verl") == "exact":
         lines += _exact_headline(report)
+        lines += _completion_lines(report)
     else:
         lines += _verl_headline(report, low, high)
+    lines += _protocol_lines(report)
     if report.get("parts"):
         lines += part_markdown(report)
     training = [key for key in keys if _BY_KEY[key].split is None]
@@ -429,6 +474,35 @@ def report_markdown(report: dict) -> str:
               "thousands of steps, math benchmarks). It tests whether the methods do what they claim to the "
               "training signal here, and reports what it finds."]
     return "\n".join(lines) + "\n"
+
+
+def _protocol_lines(report: dict) -> list[str]:
+    """The deviation table: every setting of the training protocol against EDGE-GRPO's reference."""
+    rows = report.get("protocol")
+    if not rows:
+        return []
+    lines = ["### Protocol against EDGE-GRPO's reference (edge_verl/study/protocol.py)", "",
+             f"{sum(row['deviates'] for row in rows)} of {len(rows)} settings differ from the reference's; each run trained with the "
+             "verl option and value shown (set in its command.txt, or verl's default there for a study recorded before the protocol was an option).", ""]
+    lines += markdown_table(["setting", "reference", "this study", "verl override", "why it differs"],
+                            [[row["setting"], row["reference"], row["study"], f"`{row['override']}`" if row["override"] else "-",
+                              row["reason"] if row["deviates"] else "(the reference's)"] for row in rows])
+    return lines + [""]
+
+
+def _completion_lines(report: dict) -> list[str]:
+    """evaluation="exact": what the final models write on the held-out problems, per method."""
+    found = report.get("completions")
+    if not found:
+        return []
+    lines = ["### What the final models write (held-out problems, mean ± std over seeds)", "",
+             f"Graded as in training (the reward reads the LAST box) and by the first box alone; a 2nd box is an answer "
+             f"after the first (a reflection); truncated: the {report['eval_cap']}-token cap reached without the end token "
+             f"(the longest response any method trains on: {report['longest_response']} tokens).", ""]
+    lines += markdown_table(["method", *(label for label, _ in COMPLETION_STATS.values())],
+                            [[method, *(_cell(stats.get(key), digits) for key, (_, digits) in COMPLETION_STATS.items())]
+                             for method, stats in found.items()])
+    return lines + [""]
 
 
 def _divergence_lines(report: dict) -> list[str]:
@@ -483,7 +557,8 @@ def _exact_headline(report: dict) -> list[str]:
     methods, baseline, gate = report["methods"], report["baseline"], report["gate"]
     evaluation = report["study"]
     lines = [f"Evaluation: offline on the final weights and the step-0 model, identical for every method: greedy, gold-answer "
-             f"probability, {evaluation['eval_samples']} samples per problem at T=1 seeded per problem (seed {evaluation['eval_seed']}), "
+             f"probability, {evaluation['eval_samples']} samples per problem at T={evaluation.get('eval_temperature', 1.0):g} seeded per problem "
+             f"(seed {evaluation['eval_seed']}), "
              f"every completion capped at {evaluation['eval_max_new_tokens']} tokens.", "",
              "p0 (step-0 seen accuracy, sampled) per seed: " + ", ".join(f"seed {seed} {value:.3f}" for seed, value in report["p0"].items()) + ".", "",
              *([f"Evaluation noise: the sampling SE of a run's held-out sampled accuracy (per-problem SD / √n) is at most "

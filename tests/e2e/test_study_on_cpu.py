@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from edge_verl.study.config import StudyConfig
+from edge_verl.study.protocol import run_overrides
 from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
 SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]
@@ -58,6 +60,15 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
         outcome = last["edge_verl/adv/all_wrong_group_frac"] + last["edge_verl/adv/all_right_group_frac"]
         assert outcome <= last["edge_verl/adv/zero_variance_group_frac"] + 1e-6
         assert last["edge_verl/adv/score_mean"] == pytest.approx(last["critic/score/mean"], abs=1e-6)
+        # the protocol the page prints is the one the run's command carried, override by override
+        config = StudyConfig.from_dict(report["study"], out=smoke)
+        command = {part.strip() for part in (smoke / "runs" / name / "command.txt").read_text().split(" \\\n")}
+        assert set(run_overrides(config, run["method"], 1)) <= command
+        assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean" in command and "actor_rollout_ref.rollout.temperature=0.6" in command
+        # what the final model writes: the page's per-method summary is the evaluation file's (one seed)
+        for stat in ("sampled_capped_frac", "sampled_first_acc", "sampled_reflected_frac", "sampled_length"):
+            assert report["completions"][run["method"]][stat]["mean"] == final["heldout"][stat]
+    assert {row["override"] for row in report["protocol"] if row["override"]} <= command
     gepo = report["runs"]["gepo_seed1"]
     assert gepo["sources"]["adv_var_before"] == "edge_verl/gepo/adv_var_before"
     difference = report["methods"]["gepo"]["vs_baseline"]["heldout_sampled"]
@@ -68,7 +79,8 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
     assert set(report["p0"]) == {"1"} and "passed" in report["gate"]
     text = (smoke / "report.md").read_text()
     assert "(1 paired seed: no interval)" in text and "[metrics](runs/gepo_seed1/metrics.jsonl)" in text
-    assert "Baseline gate" in text and "Primary contrasts" in text
+    assert "Baseline gate" in text and "Primary contrasts" in text and "### Protocol against EDGE-GRPO's reference" in text
+    assert "### What the final models write" in text
     assert (smoke / "curves.png").stat().st_size > 10_000
 
 
