@@ -113,12 +113,15 @@ class Comparison:
 
 # Sequence pairs of the same shape compared per answer (a few candidates each side give the same sequence).
 MAX_SEQUENCE_ALTERNATIVES = 8
+# Sequences inside the terms of sequences read at most this deep (each level re-reads its terms' text).
+MAX_SEQUENCE_DEPTH = 4
 
 
-def compare_by_text(answers: Sequence[str], golds: Sequence[str]) -> Comparison:
+def compare_by_text(answers: Sequence[str], golds: Sequence[str], sequence_depth: int = 0) -> Comparison:
     """Expand ``answers`` (the extracted answer first, then any joined boxes) and ``golds`` into their
     forms and run the text stage; ``decided`` is None when math-verify must compare ``preds``/``golds`` (or
-    the ``term_checks`` of answers written with an ellipsis)."""
+    the ``term_checks`` of answers written with an ellipsis). ``sequence_depth``: how many ellipsis sequences
+    enclose these answers as terms; past MAX_SEQUENCE_DEPTH another one scores 0."""
     pred_named = any(has_named_lhs(answer) for answer in answers)
     gold_forms = [expand(gold, strip_lhs=not pred_named) for gold in golds]
     gold_named = any(has_named_lhs(gold) for gold in golds)
@@ -126,8 +129,11 @@ def compare_by_text(answers: Sequence[str], golds: Sequence[str]) -> Comparison:
     preds = tuple(dict.fromkeys(text for answer in answers for text in expand(answer, strip_lhs=not gold_named, ratio_context=ratio).texts))
     pred_sequences = _sequences(preds)
     gold_sequences = [_sequences(forms.texts) for forms in gold_forms]
+    if pred_sequences and sequence_depth >= MAX_SEQUENCE_DEPTH:
+        return Comparison(preds, (), (False, "ellipsis_nested_too_deep"))
     if pred_sequences:
-        return _compare_sequences(preds, pred_sequences, [sequence for sequences in gold_sequences for sequence in sequences])
+        gold_sequences_flat = [sequence for sequences in gold_sequences for sequence in sequences]
+        return _compare_sequences(preds, pred_sequences, gold_sequences_flat, sequence_depth)
     if any(gold_sequences):  # a gold written with an ellipsis is never met by an answer without one
         golds = [gold for gold, sequences in zip(golds, gold_sequences) if not sequences]
         gold_forms = [forms for forms, sequences in zip(gold_forms, gold_sequences) if not sequences]
@@ -145,7 +151,7 @@ def _sequences(texts: Sequence[str]) -> list:
     return list(dict.fromkeys(sequence for sequence in map(ellipsis_sequence, texts) if sequence is not None))
 
 
-def _compare_sequences(preds: tuple[str, ...], pred_sequences: list, gold_sequences: list) -> Comparison:
+def _compare_sequences(preds: tuple[str, ...], pred_sequences: list, gold_sequences: list, depth: int) -> Comparison:
     """An answer written with an ellipsis against the golds written with one (``edge_verl.reward.sequences``):
     right when, for a gold of the same shape, every pair of written terms compares equal -- by text here,
     else (``term_checks``) by math-verify in a worker."""
@@ -157,24 +163,29 @@ def _compare_sequences(preds: tuple[str, ...], pred_sequences: list, gold_sequen
     checked: dict[tuple[str, str], Comparison] = {}
     undecided = []
     for pairs in list(alternatives)[:MAX_SEQUENCE_ALTERNATIVES]:
-        checks = [checked.setdefault(pair, _compare_terms(*pair)) for pair in dict.fromkeys(pairs)]
-        if any(check.decided is not None and not check.decided[0] for check in checks):
-            continue
-        pending = tuple(check for check in checks if check.decided is None)
-        if not pending:
-            return Comparison(preds, (), (True, "ellipsis_terms"))
-        undecided.append(pending)
+        pending: list[Comparison] = []
+        for pair in dict.fromkeys(pairs):
+            if pair not in checked:
+                checked[pair] = _compare_terms(*pair, depth + 1)
+            if checked[pair].decided is None:
+                pending.append(checked[pair])
+            elif not checked[pair].decided[0]:
+                break  # a written term differs: not this gold
+        else:
+            if not pending:
+                return Comparison(preds, (), (True, "ellipsis_terms"))
+            undecided.append(tuple(pending))
     if not undecided:
         return Comparison(preds, (), (False, "ellipsis_term_differs"))
     return Comparison(preds, (), None, tuple(undecided))
 
 
-def _compare_terms(pred: str, gold: str) -> Comparison:
+def _compare_terms(pred: str, gold: str, depth: int) -> Comparison:
     """One written term against the gold's term in the same position: equal text (an empty term included),
     else the whole text stage (which may find a nested sequence: ``(1, 2, \\ldots), \\ldots``)."""
     if normalise_answer(pred) == normalise_answer(gold):
         return Comparison((pred,), (gold,), (True, "text_match"))
-    return compare_by_text([pred], [gold])
+    return compare_by_text([pred], [gold], depth)
 
 
 def _numbers_close(left, right) -> bool:

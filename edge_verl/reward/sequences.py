@@ -31,7 +31,7 @@ is right when every pair is. Otherwise it scores 0 -- in particular:
 - an ellipsis on one side only (``1, 2, 3, \\ldots`` against ``1, 2, 3``, or against ``\\mathbb{N}``);
 - terms in another order, also in a set: an enumeration with an ellipsis is read in its written order;
 - a ratio up to scale (``2:4:\\ldots`` is not ``1:2:\\ldots``): its written terms are compared;
-- more than MAX_SEQUENCE_ITEMS items.
+- more than MAX_SEQUENCE_ITEMS items, or a sequence inside terms deeper than ``grade.MAX_SEQUENCE_DEPTH``.
 """
 
 from __future__ import annotations

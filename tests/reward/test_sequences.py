@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edge_verl.reward import compute_score
+from edge_verl.reward.grade import MAX_SEQUENCE_DEPTH
 from edge_verl.reward.sequences import ATTACHED, BARE, MAX_SEQUENCE_ITEMS, SET, TUPLE, EllipsisSequence, ellipsis_sequence, term_pairs
 
 
@@ -91,6 +92,23 @@ def test_sequences_inside_a_sequence_are_compared_term_by_term_too():
     gold = "(1, 2, \\ldots), (2, 4, \\ldots), \\ldots"
     assert compute_score("s", B("(1, 2, \\cdots), (2, 4, \\cdots), \\cdots"), gold)["score"] == 1.0
     assert compute_score("s", B("(1, 2, \\cdots), (2, 5, \\cdots), \\cdots"), gold)["score"] == 0.0
+
+
+def _nested(dots: str, levels: int) -> str:
+    """``1, \\ldots`` inside ``levels`` sequences: ``((1, \\ldots), \\ldots), \\ldots`` for 2."""
+    text = f"1, {dots}"
+    for _ in range(levels):
+        text = f"({text}), {dots}"
+    return text
+
+
+def test_sequences_nested_past_the_depth_cap_score_zero_in_the_caller():
+    # another spelling on each side, so that no level is equal as text and every level is read
+    assert compute_score("s", B(_nested("\\cdots", MAX_SEQUENCE_DEPTH - 1)), _nested("\\ldots", MAX_SEQUENCE_DEPTH - 1))["score"] == 1.0
+    assert compute_score("s", B(_nested("\\cdots", MAX_SEQUENCE_DEPTH)), _nested("\\ldots", MAX_SEQUENCE_DEPTH))["score"] == 0.0
+    started = time.monotonic()
+    result = compute_score("s", B(_nested("\\cdots", 90)), _nested("\\ldots", 90))
+    assert (result["score"], result["grader"]) == (0.0, "caller") and time.monotonic() - started < 1.0, result
 
 
 def test_a_gold_list_offers_the_sequence_and_a_closed_form_apart():
