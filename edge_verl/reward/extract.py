@@ -117,9 +117,17 @@ def phrased_final_answer(text: str, tail_chars: int = 4000) -> str | None:
     if start == -1:
         return None
     line = tail[start + len(phrase) :].lstrip(" :\t").split("\n", 1)[0][:MAX_ANSWER_CHARS].strip()
-    line = line.rstrip(".").strip()
+    line = _without_final_period(line)
     for opening, closing in (("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"), ("$", "$")):
         if line.startswith(opening) and line.endswith(closing) and len(line) > len(opening) + len(closing):
             line = line[len(opening) : -len(closing)].strip()
             break
-    return line.rstrip(".").strip() or None
+    return _without_final_period(line) or None
+
+
+def _without_final_period(line: str) -> str:
+    """``42.`` -> ``42``; ``1, 2, 4, \\ldots.`` -> ``1, 2, 4, \\ldots``; an ellipsis of periods (``1, 2, ...``,
+    ``1, 2, . . .``) stays: it is part of the answer (``edge_verl.reward.sequences``)."""
+    if line.replace(" ", "").endswith("..."):
+        return line.strip()
+    return line.rstrip(".").strip()

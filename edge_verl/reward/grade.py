@@ -2,7 +2,8 @@
 
 Two stages:
 - ``grade_by_text`` (pure strings, microseconds, runs in the caller): equal normalised text, multiple-choice
-  letters and times of day are decided here;
+  letters and times of day are decided here; a sequence or ratio written with an ellipsis is split into its
+  written terms first (``edge_verl.reward.sequences``), each term pair going through both stages;
 - ``grade_with_math_verify`` (sympy through math-verify, runs ONLY inside an isolated grading worker
   process, see ``edge_verl.reward.pool``): symbolic equivalence, with guards for math-verify's known
   false positives.
@@ -23,6 +24,7 @@ from edge_verl.reward.boxes import is_escaped_set
 from edge_verl.reward.forms import Candidates, expand, has_named_lhs, interval_variable, is_bracketed_tuple
 from edge_verl.reward.normalize import choice_letter, is_time_of_day, leading_choice_letter, normalise_answer
 from edge_verl.reward.numbers import decimal_comma_value, decimal_point_value, intervals_agree, matched_decimal, single_decimal_value
+from edge_verl.reward.sequences import ellipsis_sequence, term_pairs
 
 # Gold wrappings tried in order; they fail on different golds (e.g. "\$6" vs "25\%"), so any may accept.
 GOLD_WRAPPINGS = ("${}$", "\\boxed{{{}}}")
@@ -92,27 +94,98 @@ def _decimal_comma_verdict(pred: str, golds: Sequence[str]) -> Optional[tuple[bo
 
 @dataclass(frozen=True)
 class Comparison:
-    """The candidates of a model's answer(s) and of the golds, and the text stage's verdict if it decided."""
+    """The candidates of a model's answer(s) and of the golds, and the text stage's verdict if it decided.
+    ``term_checks``: for answers written with an ellipsis, the alternatives (one per pair of sequences of the
+    same shape) of undecided term comparisons that must all hold; math-verify then compares those, not
+    ``preds``/``golds``."""
 
     preds: tuple[str, ...]
     golds: tuple[str, ...]
     decided: Optional[tuple[bool, str]]
+    term_checks: tuple[tuple["Comparison", ...], ...] = ()
+
+    def worker_request(self) -> dict:
+        """What a grading worker needs when the text stage did not decide (``edge_verl.reward.worker``)."""
+        if self.term_checks:
+            return {"term_checks": [[check.worker_request() for check in checks] for checks in self.term_checks]}
+        return {"preds": list(self.preds), "golds": list(self.golds)}
 
 
-def compare_by_text(answers: Sequence[str], golds: Sequence[str]) -> Comparison:
+# Sequence pairs of the same shape compared per answer (a few candidates each side give the same sequence).
+MAX_SEQUENCE_ALTERNATIVES = 8
+# Sequences inside the terms of sequences read at most this deep (each level re-reads its terms' text).
+MAX_SEQUENCE_DEPTH = 4
+
+
+def compare_by_text(answers: Sequence[str], golds: Sequence[str], sequence_depth: int = 0) -> Comparison:
     """Expand ``answers`` (the extracted answer first, then any joined boxes) and ``golds`` into their
-    forms and run the text stage; ``decided`` is None when math-verify must compare ``preds``/``golds``."""
+    forms and run the text stage; ``decided`` is None when math-verify must compare ``preds``/``golds`` (or
+    the ``term_checks`` of answers written with an ellipsis). ``sequence_depth``: how many ellipsis sequences
+    enclose these answers as terms; past MAX_SEQUENCE_DEPTH another one scores 0."""
     pred_named = any(has_named_lhs(answer) for answer in answers)
     gold_forms = [expand(gold, strip_lhs=not pred_named) for gold in golds]
     gold_named = any(has_named_lhs(gold) for gold in golds)
     ratio = any(forms.ratio for forms in gold_forms)
     preds = tuple(dict.fromkeys(text for answer in answers for text in expand(answer, strip_lhs=not gold_named, ratio_context=ratio).texts))
+    pred_sequences = _sequences(preds)
+    gold_sequences = [_sequences(forms.texts) for forms in gold_forms]
+    if pred_sequences and sequence_depth >= MAX_SEQUENCE_DEPTH:
+        return Comparison(preds, (), (False, "ellipsis_nested_too_deep"))
+    if pred_sequences:
+        gold_sequences_flat = [sequence for sequences in gold_sequences for sequence in sequences]
+        return _compare_sequences(preds, pred_sequences, gold_sequences_flat, sequence_depth)
+    if any(gold_sequences):  # a gold written with an ellipsis is never met by an answer without one
+        golds = [gold for gold, sequences in zip(golds, gold_sequences) if not sequences]
+        gold_forms = [forms for forms, sequences in zip(gold_forms, gold_sequences) if not sequences]
+        if not golds:
+            return Comparison(preds, (), (False, "ellipsis_only_in_gold"))
     gold_texts = tuple(dict.fromkeys(text for forms in gold_forms for text in forms.texts))
     pred_variables = {interval_variable(answer) for answer in answers} - {None}
     gold_variables = {interval_variable(gold) for gold in golds} - {None}
     if pred_variables and gold_variables and not pred_variables & gold_variables:
         return Comparison(preds, gold_texts, (False, "interval_variable_differs"))
     return Comparison(preds, gold_texts, grade_by_text(preds, golds, gold_forms))
+
+
+def _sequences(texts: Sequence[str]) -> list:
+    return list(dict.fromkeys(sequence for sequence in map(ellipsis_sequence, texts) if sequence is not None))
+
+
+def _compare_sequences(preds: tuple[str, ...], pred_sequences: list, gold_sequences: list, depth: int) -> Comparison:
+    """An answer written with an ellipsis against the golds written with one (``edge_verl.reward.sequences``):
+    right when, for a gold of the same shape, every pair of written terms compares equal -- by text here,
+    else (``term_checks``) by math-verify in a worker."""
+    if not gold_sequences:
+        return Comparison(preds, (), (False, "ellipsis_only_in_answer"))
+    alternatives = dict.fromkeys(pairs for pred in pred_sequences for gold in gold_sequences if (pairs := term_pairs(pred, gold)) is not None)
+    if not alternatives:
+        return Comparison(preds, (), (False, "ellipsis_shape_differs"))
+    checked: dict[tuple[str, str], Comparison] = {}
+    undecided = []
+    for pairs in list(alternatives)[:MAX_SEQUENCE_ALTERNATIVES]:
+        pending: list[Comparison] = []
+        for pair in dict.fromkeys(pairs):
+            if pair not in checked:
+                checked[pair] = _compare_terms(*pair, depth + 1)
+            if checked[pair].decided is None:
+                pending.append(checked[pair])
+            elif not checked[pair].decided[0]:
+                break  # a written term differs: not this gold
+        else:
+            if not pending:
+                return Comparison(preds, (), (True, "ellipsis_terms"))
+            undecided.append(tuple(pending))
+    if not undecided:
+        return Comparison(preds, (), (False, "ellipsis_term_differs"))
+    return Comparison(preds, (), None, tuple(undecided))
+
+
+def _compare_terms(pred: str, gold: str, depth: int) -> Comparison:
+    """One written term against the gold's term in the same position: equal text (an empty term included),
+    else the whole text stage (which may find a nested sequence: ``(1, 2, \\ldots), \\ldots``)."""
+    if normalise_answer(pred) == normalise_answer(gold):
+        return Comparison((pred,), (gold,), (True, "text_match"))
+    return compare_by_text([pred], [gold], depth)
 
 
 def _numbers_close(left, right) -> bool:
@@ -247,8 +320,17 @@ def grade_request(request: dict) -> dict:
         comparison = compare_by_text([pred], request["golds"])
         if comparison.decided is not None:
             return {"correct": comparison.decided[0], "reason": comparison.decided[1], "pred": pred}
-        preds, golds = comparison.preds, comparison.golds
-    else:
-        preds, golds = request["preds"], request["golds"]
-    correct, reason = grade_with_math_verify(preds, golds)
+        request = comparison.worker_request()
+    correct, reason = grade_worker_request(request)
     return {"correct": correct, "reason": reason, "pred": pred}
+
+
+def grade_worker_request(request: dict) -> tuple[bool, str]:
+    """(correct, reason) of a ``Comparison.worker_request``: math-verify on the candidates, or on every
+    undecided term pair of an alternative of ``term_checks`` (right when all of one alternative hold)."""
+    if "term_checks" not in request:
+        return grade_with_math_verify(request["preds"], request["golds"])
+    for checks in request["term_checks"]:
+        if all(grade_worker_request(check)[0] for check in checks):
+            return True, "ellipsis_terms"
+    return False, "ellipsis_term_differs"

@@ -114,7 +114,7 @@ def compute_score(
         comparison = compare_by_text([answers[-1], *joined_boxes(box_list, golds)], golds)
         if comparison.decided is not None:
             return _result(comparison.decided[0], answers[-1], comparison.decided[1], "caller")
-        request = {"preds": list(comparison.preds), "golds": list(comparison.golds)}
+        request = comparison.worker_request()
     else:  # lenient, no box and no answer phrase: math-verify's extraction, in a worker
         request = {"response": solution_str[-LENIENT_TAIL_CHARS:], "golds": golds}
     reply, outcome = get_pool().grade(request, timeout, wait)

@@ -3,6 +3,8 @@
 Imports only what grading needs (math-verify, sympy; no torch, no verl), warms math-verify up, prints
 ``ready``, then answers one JSON request per stdin line with one JSON reply per stdout line:
   request  {"id": int, "preds": [str, ...], "golds": [str, ...]}   candidates of both sides (forms.py)
+           {"id": int, "term_checks": [[request, ...], ...]}        an answer written with an ellipsis: right
+                                                                    when every request of one list is (sequences.py)
            {"id": int, "response": str, "golds": [str, ...]}        lenient policy: extract, then grade
   reply    {"id": int, "correct": bool, "reason": str, "pred": str | null}
 The parent (``edge_verl.reward.pool``) enforces the deadline by killing this process.

@@ -80,6 +80,31 @@ CATEGORIES = {
         (B("-2 < x \\le 7"), "x \\in [-2, 7]", False),
         (B("-2 \\le y \\le 7"), "x \\in [-2, 7]", False),  # another variable
     ],
+    "ellipsis_sequence": [
+        # edge_verl.reward.sequences: written terms compared one by one, the ellipsis in the same position
+        (B("1, 2, 3, \\cdots"), "1,2,3,\\ldots", True),  # another spelling of the ellipsis
+        (B("1, 2, 4, 16, \\dots"), "1, 2, 4, 8, \\ldots", False),  # a written term differs
+        (B("1, 2, 4, 8, …"), "1, 2, 4, 8, ...", True),
+        (B("1, 2, 5, …"), "1, 2, 4, ...", False),
+        (B("1 : 2 : \\cdots"), "1:2:\\ldots", True),  # a ratio
+        (B("1:3:\\ldots"), "1:2:\\ldots", False),
+        (B("1; 2; 4; \\ldots"), "1, 2, 4, \\ldots", True),  # semicolons list as commas do
+        (B("1:2:4:\\ldots"), "1, 2, 4, \\ldots", False),  # a ratio is not a list
+        (B("1, 2; 3, 4; \\ldots"), "1, 2, 3, 4, \\ldots", False),  # mixed separators: as written, the semicolons group
+        (B("1, \\dots, 10"), "1, \\ldots, 10", True),
+        (B("1, 10, \\ldots"), "1, \\ldots, 10", False),  # the ellipsis elsewhere
+        (B("1, 2, 4, 8\\ldots"), "1, 2, 4, 8, \\ldots", True),  # an ellipsis attached to the last term
+        (B("1, 2, 4, \\ldots"), "1, 2, 4, 8, \\ldots", False),  # fewer written terms
+        (B("1, 4, 9, \\ldots, n^{2}"), "1, 4, 9, \\ldots, n^2", True),  # a general term, symbolically
+        (B("1, 4, 9, \\ldots, n^3"), "1, 4, 9, \\ldots, n^2", False),  # was a false positive: math-verify read 9
+        (B("\\frac{1}{2}, \\frac{1}{4}, \\ldots"), "0.5, 0.25, \\ldots", True),
+        (B("\\frac{1}{2}, \\frac{1}{3}, \\ldots"), "0.5, 0.25, \\ldots", False),
+        (B("(1, 2, 4, \\ldots)"), "1, 2, 4, \\ldots", True),  # parentheses around a sequence
+        (B("\\{1, 2, 4, \\ldots\\}"), "1, 2, 4, \\ldots", True),  # a bare list fits a set, as without an ellipsis
+        (B("(1, 2, 4, \\ldots)"), "\\{1, 2, 4, \\ldots\\}", False),  # a tuple is not a set
+        (B("1, 2, 3, \\ldots"), "1, 2, 3", False),  # an ellipsis on one side only, never a merged set
+        (B("1, 2, 3"), "1, 2, 3, \\ldots", False),
+    ],
     "choice_letter_text": [
         (B("B。不是 A"), "B", True),
         (B("D. it can't be A or B"), "D", True),

@@ -141,6 +141,8 @@ LENIENT = [
         ("The Final Answer is: $\\frac{1}{2}$.\nThanks", "\\frac{1}{2}"),
         ("Answer: \\(x+1\\)", "x+1"),
         ("the answer is 3. No wait, the answer is 4", "4"),  # the last phrase wins
+        ("The answer is 1, 2, 4, ...", "1, 2, 4, ..."),  # an ellipsis of periods is not a final period
+        ("The answer is $1, 2, \\ldots$.", "1, 2, \\ldots"),
         ("no phrase here", None),
         ("The answer is .", None),
     ],
