@@ -168,6 +168,7 @@ class GepoConfig:
 
 
 ANSWER_SOURCES = ("gold", "placebo")
+PLACEBO_REWARDS = ("as_gold", "graded")
 FIRST_ATTEMPTS = ("keep", "drop")
 
 
@@ -215,6 +216,17 @@ class GecConfig:
         and solution of another training problem, drawn with the per-response seed among problems whose
         answer grades wrong against this row's gold; a response with no such problem is left as sampled,
         reason "no_placebo").
+    placebo_reward: the reward of a placebo-corrected response (read only with answer_source=placebo).
+        "as_gold" (default): what its gold twin earns, the same branch on the same first sample with this
+        row's own answer / solution, graded by the run's reward function as verl's reward loop would grade
+        it (``integration.gec_agent_loop``); a placebo is applied only where its twin fits, as the gold run's
+        correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected
+        content differs: the placebo that tests "the right answer is what helps", hence the default. Needs verl's
+        ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the response is
+        scored like any other, against this row's gold, so 0 (its candidates are chosen to grade wrong):
+        corrected responses count as wrong, so reward and content both differ from EDGE (the arm published
+        as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with answer_source=gold
+        is an error.
     first_attempt: "keep" (paper: the regenerate and inject_answer branches append to the model's own
         wrong first response) or "drop" (the corrected response is the phrase + continuation, or the
         answer text alone), to test whether keeping the wrong first answer in a response rewarded 1 hurts.
@@ -236,6 +248,7 @@ class GecConfig:
     injected_loss: str = "surrogate"
     sft_coef: float = 1.0
     answer_source: str = "gold"
+    placebo_reward: str = "as_gold"
     first_attempt: str = "keep"
 
     def __post_init__(self) -> None:
@@ -270,6 +283,12 @@ class GecConfig:
         if self.injected_loss != "sft" and self.sft_coef != 1.0:
             raise ValueError(f"edge_gec.sft_coef={self.sft_coef!r} is read only with edge_gec.injected_loss=sft")
         _check_choice("edge_gec", "answer_source", self.answer_source, ANSWER_SOURCES)
+        _check_choice("edge_gec", "placebo_reward", self.placebo_reward, PLACEBO_REWARDS)
+        if self.answer_source != "placebo" and self.placebo_reward != PLACEBO_REWARDS[0]:
+            raise ValueError(
+                f"edge_gec.placebo_reward={self.placebo_reward!r} is read only with edge_gec.answer_source=placebo "
+                f"(here {self.answer_source!r}): the gold answer is graded as it is; set answer_source=placebo or drop placebo_reward."
+            )
         _check_choice("edge_gec", "first_attempt", self.first_attempt, FIRST_ATTEMPTS)
 
     @classmethod

@@ -111,8 +111,16 @@ METHODS: dict[str, Method] = {
                gec=True, options=("+algorithm.edge_gec.injected_loss=masked",), knobs=_EDGE),
         Method("edge_sft_injected", "EDGE-GRPO control: GEC's injected tokens trained by NLL, not the surrogate",
                EDA_ESTIMATOR, gec=True, options=("+algorithm.edge_gec.injected_loss=sft",), knobs=_EDGE),
-        Method("edge_placebo", "EDGE-GRPO control: GEC injects another problem's (wrong) answer and solution",
-               EDA_ESTIMATOR, gec=True, options=("+algorithm.edge_gec.answer_source=placebo",), knobs=_EDGE),
+        # GEC's placebo (edge_gec.placebo_reward, edge_verl/config.py), and its graded form: the arm published as
+        # edge_placebo before that option existed (docs/results)
+        Method("edge_placebo", "EDGE-GRPO control: GEC injects another problem's (wrong) answer and solution, "
+               "rewarded as the row's own would be: only the injected content differs from EDGE", EDA_ESTIMATOR, gec=True,
+               options=("+algorithm.edge_gec.answer_source=placebo", "+algorithm.edge_gec.placebo_reward=as_gold"), knobs=_EDGE),
+        Method("edge_placebo_graded", "EDGE-GRPO control: GEC injects another problem's (wrong) answer and solution, "
+               "graded against the row's gold (reward 0): corrected responses train as wrong ones, so content and reward both "
+               "differ from EDGE", EDA_ESTIMATOR,
+               gec=True, options=("+algorithm.edge_gec.answer_source=placebo", "+algorithm.edge_gec.placebo_reward=graded"),
+               knobs=_EDGE),
         Method("edge_drop_first", "EDGE-GRPO control: corrections drop the wrong first attempt", EDA_ESTIMATOR,
                gec=True, options=("+algorithm.edge_gec.first_attempt=drop",), knobs=_EDGE),
         Method("grpo", "GRPO (verl's built-in estimator): the baseline of both papers", "grpo", knobs=_BOTH),

@@ -24,6 +24,8 @@ class Relied:
 
 
 def _function_tree(function: Any) -> ast.AST:
+    if isinstance(function, property):  # its getter's code
+        function = function.fget
     return ast.parse(textwrap.dedent(inspect.getsource(function)))
 
 
@@ -35,6 +37,15 @@ def _dotted(node: ast.AST) -> str:
         inner = _dotted(node.value)
         return f"{inner}.{node.attr}" if inner else ""
     return ""
+
+
+def _attribute_tail(node: ast.AST) -> str:
+    """``.compute_score.remote`` for ``handles[0].compute_score.remote``: the attributes at the end of an
+    expression, whatever they are taken from."""
+    tail = ""
+    while isinstance(node, ast.Attribute):
+        tail, node = f".{node.attr}{tail}", node.value
+    return tail
 
 
 def _calls(tree: ast.AST, callee: str) -> list[ast.Call]:
@@ -123,3 +134,46 @@ def registry_of(parameters: tuple[str, ...], **named: str) -> Relied:
 
     mapped = "".join(f", {key!r} is {name}" for key, name in named.items())
     return Relied(f"every entry takes ({', '.join(parameters)}){mapped}", check)
+
+
+def _same_tree(node: ast.AST, wanted: ast.AST) -> bool:
+    return ast.dump(node, annotate_fields=False) == ast.dump(wanted, annotate_fields=False)
+
+
+def _parsed(code: str) -> ast.AST:
+    """``code`` (one statement or expression) as the node it parses to."""
+    statement = ast.parse(textwrap.dedent(code)).body[0]
+    return statement.value if isinstance(statement, ast.Expr) else statement
+
+
+def contains_code(code: str) -> Relied:
+    """The function contains ``code`` (a statement or an expression), compared as syntax trees: layout and
+    comments do not matter, names and values do."""
+    wanted = _parsed(code)
+
+    def check(function: Any) -> Optional[str]:
+        if any(_same_tree(node, wanted) for node in ast.walk(_function_tree(function))):
+            return None
+        return f"no `{ast.unparse(wanted)}`"
+
+    return Relied(f"contains `{ast.unparse(wanted)}`", check)
+
+
+def calls_only_if(callee_suffix: str, condition: str) -> Relied:
+    """Every call whose callee ends with ``callee_suffix`` lies inside an ``if`` whose test contains the
+    expression ``condition`` (and there is such a call)."""
+    wanted = _parsed(condition)
+
+    def check(function: Any) -> Optional[str]:
+        tree = _function_tree(function)
+        guarded: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and any(_same_tree(part, wanted) for part in ast.walk(node.test)):
+                guarded |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _attribute_tail(node.func).endswith(callee_suffix)]
+        if not calls:
+            return f"no call of *{callee_suffix}"
+        unguarded = [call.lineno for call in calls if id(call) not in guarded]
+        return f"calls *{callee_suffix} outside `if {ast.unparse(wanted)}` (line {unguarded[0]})" if unguarded else None
+
+    return Relied(f"calls *{callee_suffix} only if {ast.unparse(wanted)}", check)

@@ -38,6 +38,13 @@ def test_gec_alone_is_grpo_advantages_plus_gec():
     assert method_overrides("gec", **RUN) == ["algorithm.adv_estimator=grpo", *GEC_ON]
 
 
+def test_the_placebo_is_edge_with_another_problems_answers_rewarded_as_gold_and_its_graded_form_kept():
+    edge = method_overrides("edge", **RUN)
+    placebo = ["+algorithm.edge_gec.answer_source=placebo"]
+    assert method_overrides("edge_placebo", **RUN) == [*edge, *placebo, "+algorithm.edge_gec.placebo_reward=as_gold"]
+    assert method_overrides("edge_placebo_graded", **RUN) == [*edge, *placebo, "+algorithm.edge_gec.placebo_reward=graded"]
+
+
 def test_gepo_symmetric_puts_the_runs_alpha_on_both_sides():
     assert method_overrides("gepo_symmetric", **RUN, gepo_symmetric_alpha=0.3) == [
         "algorithm.adv_estimator=gepo",
@@ -126,7 +133,7 @@ def test_every_gec_method_trains_on_the_gec_file_with_gecs_agent_loop():
         expected = "train_hard_1k_gec.parquet" if method.gec else "train_hard_1k.parquet"
         assert method.train_file(Path("data/train_hard_1k.parquet")) == Path("data") / expected
         assert method.agent_name == ("edge_gec" if method.gec else None)
-    controls = {"edge_masked", "edge_sft_injected", "edge_placebo", "edge_drop_first"}  # EDGE with one switch each
+    controls = {"edge_masked", "edge_sft_injected", "edge_placebo", "edge_placebo_graded", "edge_drop_first"}  # EDGE with a switch
     assert {name for name, method in METHODS.items() if method.gec} == {"edge", "gec", "forcer", "forcer_eda", *controls}
     assert {name for name, method in METHODS.items() if method.eda} == {"edge", "eda", "forcer_eda", *controls}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edge_verl.methods import method_overrides
 from edge_verl.study.report import report_markdown, summarize
 from edge_verl.study.runner import StudyConfig
 
@@ -28,11 +29,23 @@ STUDIES = sorted(path.parent for path in RESULTS.glob("*/report.json"))
 # Knowledge of the study written out here, independently of edge_verl/study: the methods that correct their
 # responses (their sampled reward is GEC's as-sampled metric, their logged reward the corrected one), the
 # gate's margin, the contrasts named in advance, and Student-t quantiles for n = 4 seeds (df = 3).
-GEC_METHODS = {"edge", "edge_detached", "gec", "edge_masked", "edge_placebo", "edge_sft_injected", "edge_drop_first", "forcer", "forcer_eda"}
+GEC_METHODS = {"edge", "edge_detached", "gec", "edge_masked", "edge_placebo", "edge_placebo_graded", "edge_sft_injected",
+               "edge_drop_first", "forcer", "forcer_eda"}
 GATE_MARGIN = 0.02
 PRIMARY = [("edge", "grpo"), ("eda", "grpo"), ("gepo", "grpo"), ("edge", "edge_placebo"), ("edge", "edge_masked")]
 T_975 = {3: 3.1824463}
 T_80 = {3: 0.978472}
+
+
+def _placebo_reward_as_run(run: Path) -> str | None:
+    """How a published run rewarded its placebo corrections, from the verl command it ran (command.txt): None
+    for a run without a placebo; "graded" for one that names no placebo_reward, which published runs predate
+    (the placebo was then graded against the row's gold, today's edge_placebo_graded)."""
+    command = (run / "command.txt").read_text()
+    if "edge_gec.answer_source=placebo" not in command:
+        return None
+    found = re.findall(r"edge_gec\.placebo_reward=(\w+)", command)
+    return found[-1] if found else "graded"
 
 
 def _json(path: Path) -> dict:
@@ -73,6 +86,12 @@ def test_the_default_study_is_published():
     study = report["study"]
     assert (study["task"], tuple(study["methods"]), tuple(study["seeds"]), study["steps"], study["evaluation"]) == (
         default.task, default.methods, default.seeds, default.steps, default.evaluation), "the page is the default study"
+    # ... of its commit: its placebo arm graded the placebo against the row's gold (today's edge_placebo_graded,
+    # as docs/results/README.md says), where today's default edge_placebo rewards it as gold
+    rewards = {run.name: _placebo_reward_as_run(run) for run in sorted((PAGE / "runs").iterdir())}
+    assert {name for name, reward in rewards.items() if reward} == {f"edge_placebo_seed{seed}" for seed in default.seeds}
+    assert set(rewards.values()) == {None, "graded"}
+    assert "+algorithm.edge_gec.placebo_reward=as_gold" in method_overrides("edge_placebo", seed=1, eda_form="gradient", first_sample_tokens=16, continuation_tokens=64)
     assert report["not_finished"] == [] and len(report["runs"]) == len(default.methods) * len(default.seeds)
     assert all(commit and "modified" not in commit for commit in report["run_commits"]), report["run_commits"]
 

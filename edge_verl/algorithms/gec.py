@@ -22,7 +22,9 @@ The reviewers' controls decided here (the loop carries them out):
   ``PlaceboProblem``s and ``placebo_candidates`` picks, without replacement, at most
   ``PLACEBO_CANDIDATES`` of them whose answer is not this row's gold as text; the loop accepts the first
   that its reward function grades wrong against this row's gold, or leaves the response as sampled with
-  reason ``NO_PLACEBO``.
+  reason ``NO_PLACEBO``. With ``placebo_reward=as_gold`` the loop also builds the gold twin (the same branch
+  with this row's own answer / solution) and rewards the placebo response with the twin's score, recorded as
+  ``twin_score``.
 
 What the loop did to each response travels to the trainer as a ``CorrectionRecord`` turned into a plain
 dict (``to_dict``: verl's extra_fields cross Ray and the TransferQueue, so they hold builtins only) and is
@@ -168,6 +170,9 @@ class CorrectionRecord:
     ``to_dict`` writes them either way, so every key is always present.
     placebo_index: answer_source=placebo, an inject_answer or replace_solution applied: the
         ``PlaceboProblem.row`` whose answer (and solution) was injected; None otherwise (written either way).
+    twin_score: placebo_reward=as_gold, a placebo applied: the reward of its gold twin, which the response was
+        rewarded with in place of verl's reward loop; None when verl's reward loop scored the final response
+        (written either way).
     """
 
     branch: Optional[str]
@@ -186,6 +191,7 @@ class CorrectionRecord:
     continuation_budget: Optional[int] = None
     continuation_requested: Optional[int] = None
     placebo_index: Optional[int] = None
+    twin_score: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.branch is not None and self.branch not in BRANCHES:
@@ -224,6 +230,11 @@ class CorrectionRecord:
             raise ValueError(
                 f"CorrectionRecord: placebo_index={self.placebo_index!r} on branch {self.branch!r}; a placebo row "
                 f"(>= 0) is lent only to {INJECT_ANSWER!r} and {REPLACE_SOLUTION!r} (None otherwise)."
+            )
+        if self.twin_score is not None and self.placebo_index is None:
+            raise ValueError(
+                f"CorrectionRecord: twin_score={self.twin_score!r} without a placebo; only a placebo response is "
+                "rewarded as its gold twin (None otherwise)."
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,7 +375,9 @@ def summarize_corrections(
 
     Counts per step: gec/responses, gec/corrected[_<branch>], gec/fallbacks, gec/not_fitting,
     gec/prompt_too_long (left uncorrected by the prompt-length gate), gec/no_placebo (answer_source=placebo:
-    left as sampled, no other problem's answer graded wrong), gec/regenerate_became_correct,
+    left as sampled, no other problem's answer graded wrong), gec/rewarded_as_gold_frac (of the corrected
+    responses, the share rewarded as their gold twin: placebo_reward=as_gold; logged when any was corrected),
+    gec/regenerate_became_correct,
     gec/all_wrong_groups, gec/groups_rescued, gec/continuation_cut (regenerations whose continuation room was
     below the configured budget); gec/continuation_tokens_{mean,min,max} over the step's regenerations;
     gec/correction_time_share: of the loop's time in the rollout server (first samples + corrections, summed
@@ -393,6 +406,9 @@ def summarize_corrections(
     metrics["gec/not_fitting"] = float(sum(record.reason == DOES_NOT_FIT for record in records.values()))
     metrics["gec/prompt_too_long"] = float(sum(record.reason == "prompt_too_long" for record in records.values()))
     metrics["gec/no_placebo"] = float(sum(record.reason == NO_PLACEBO for record in records.values()))
+    if metrics["gec/corrected"]:
+        twins = sum(record.twin_score is not None for record in records.values())
+        metrics["gec/rewarded_as_gold_frac"] = twins / metrics["gec/corrected"]
     regenerated = {i: record for i, record in records.items() if record.branch == REGENERATE}
     metrics["gec/regenerate_became_correct"] = float(sum(bool(final_correct[i]) for i in regenerated))
     if regenerated:  # how long the continuations were, and how many got less than their budget's room

@@ -4,7 +4,8 @@ verl puts its rollout servers to sleep as soon as sampling ends, so a post-proce
 again lives INSIDE the rollout, as an agent loop. Per response it: samples like the single-turn loop;
 grades the response with the run's own reward function; asks ``edge_verl.algorithms.gec`` whether and
 how to correct it; carries that out on TOKENS (never re-tokenising decoded text); and returns the final
-tokens with ``reward_score`` unset, so verl's reward loop scores the final response as for any sample.
+tokens with ``reward_score`` unset, so verl's reward loop scores the final response as for any sample
+(except a placebo rewarded as gold, below).
 
 Rows opt in through an ``agent_name`` column ("edge_gec") in the TRAINING data; validation rows carry
 none and use verl's default loop, so validation is never corrected.
@@ -34,6 +35,17 @@ replace_solution, whose solution) the run's reward function grades wrong against
 is used, and recorded as ``placebo_index``. If none does, the response stays as sampled (reason
 "no_placebo"). The branch drawn is the gold run's (the placebo draw has its own random stream); a
 regeneration injects no answer and is the same under both sources.
+
+Placebo rewards (``edge_gec.placebo_reward``): "graded" leaves the placebo response to verl's reward loop,
+which grades it against this row's gold (0). "as_gold" rewards it as EDGE would have rewarded the same
+correction: the loop builds the gold twin (``_apply`` with this row's own answer and solution, on the same
+first sample; the placebo is carried out only where the twin fits, as in the gold run), grades it with the
+run's reward function on the inputs verl's naive reward manager builds, and sets the response's
+``reward_score`` and ``extra_fields["reward_extra_info"]`` as that manager would (``naive_reward``). verl's
+agent loop skips its reward loop for a response whose ``reward_score`` is set, and its batch takes every
+response's extra-info keys from the first one's, so the keys must be the reward loop's; the preflight
+(``check_placebo_reward``) admits only the setting in which that holds: verl's ``naive`` manager, reward
+scored in the agent loop (no reward model). ``internals.CORE`` checks the verl lines relied on.
 
 Injected tokens (phrase, answer text, solution) have no rollout log-probs. This loop therefore requires
 ``actor_rollout_ref.rollout.calculate_log_probs=False`` (VERL.md's first option): rollout-correction
@@ -81,6 +93,15 @@ from edge_verl.names import GEC_AGENT_LOOP, SAMPLE_INDEX_COLUMN
 from edge_verl.integration.preflight import check_budget, check_gec_supported, read_placebo_pool
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
+
+
+def naive_reward(result: Any) -> tuple[Any, dict]:
+    """``(reward_score, reward_extra_info)`` of a reward function's ``result``, as verl 0.9.1's naive reward
+    manager makes them (verl/experimental/reward_loop/reward_manager/naive.py:86-99): a dict's "score" and every
+    one of its keys ("score" included); a number and ``{"acc": number}``."""
+    if isinstance(result, dict):
+        return result["score"], dict(result)
+    return result, {"acc": result}
 
 
 def sample_index(kwargs: dict) -> int:
@@ -153,7 +174,8 @@ def eos_token_ids(tokenizer: Any, model_config: Any) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class _Correction:
     """A correction carried out: the final response tokens, the [start, end) span of its injected tokens,
-    for a regeneration the continuation's length and the max_tokens it was given, and the placebo's row."""
+    for a regeneration the continuation's length and the max_tokens it was given, the placebo's row, and for
+    a placebo rewarded as gold its twin's (reward_score, reward_extra_info) (``naive_reward``)."""
 
     response_ids: list[int]
     injected_start: int
@@ -161,6 +183,7 @@ class _Correction:
     continuation_tokens: Optional[int] = None
     continuation_budget: Optional[int] = None
     placebo_index: Optional[int] = None
+    twin_reward: Optional[tuple[Any, dict]] = None
 
 
 @dataclass(frozen=True)
@@ -221,21 +244,38 @@ class GecAgentLoop(SingleTurnAgentLoop):
         return await self._grade_text(self.tokenizer.decode(response_ids, skip_special_tokens=True), kwargs)
 
     async def _grade_text(self, text: str, kwargs: dict) -> float:
-        """The run's reward for ``text`` as a response to this row (a sync reward function runs in an
-        executor thread)."""
+        """The run's reward for ``text`` as a response to this row."""
+        result = await self._reward_result(text, kwargs, kwargs.get("extra_info"))
+        return float(result["score"] if isinstance(result, dict) else result)
+
+    async def _reward_result(self, text: str, kwargs: dict, extra_info: Any) -> Any:
+        """What the run's reward function returns for ``text`` as a response to this row (a sync reward
+        function runs in an executor thread)."""
         reward_model = kwargs.get("reward_model") or {}
         call = functools.partial(
             self.reward_fn,
             data_source=kwargs.get("data_source"),
             solution_str=text,
             ground_truth=reward_model.get("ground_truth"),
-            extra_info=kwargs.get("extra_info"),
+            extra_info=extra_info,
         )
         if inspect.iscoroutinefunction(getattr(self.reward_fn, "func", self.reward_fn)):
-            result = await call()
-        else:
-            result = await asyncio.get_running_loop().run_in_executor(None, call)
-        return float(result["score"] if isinstance(result, dict) else result)
+            return await call()
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    async def _reward_as_verl(self, response_ids: list[int], output: AgentLoopOutput, kwargs: dict) -> tuple[Any, dict]:
+        """The (reward_score, reward_extra_info) verl's naive reward manager gives ``response_ids`` as this row's
+        response (``naive_reward``), from the run's reward function called as that manager calls it: the text
+        decoded without special tokens, the row's extra_info updated with the output's extra_fields (GEC's
+        record is not among them yet), num_turns and the row's rollout reward scores (naive.py:44-52)."""
+        extra_info = {
+            **(kwargs.get("extra_info") or {}),
+            **output.extra_fields,
+            "num_turns": output.num_turns,
+            "rollout_reward_scores": kwargs.get("reward_scores", {}),
+        }
+        text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
+        return naive_reward(await self._reward_result(text, kwargs, extra_info))
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -284,6 +324,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
                 output.response_mask = [1] * len(correction.response_ids)
                 output.response_logprobs = None
         kept = correction or _Correction(list(output.response_ids), 0, 0)  # none applied: as sampled
+        twin = kept.twin_reward
         record = CorrectionRecord(
             branch=branch,
             reason=reason,
@@ -301,8 +342,12 @@ class GecAgentLoop(SingleTurnAgentLoop):
             continuation_budget=kept.continuation_budget,
             continuation_requested=self.gec.continuation_tokens if branch == REGENERATE else None,
             placebo_index=kept.placebo_index,
+            twin_score=None if twin is None else float(twin[0]),
         )
-        output.reward_score = None  # verl's reward loop scores the final response
+        if twin is None:
+            output.reward_score = None  # verl's reward loop scores the final response
+        else:  # placebo_reward=as_gold: verl's reward loop skips a response whose reward_score is set
+            output.reward_score, output.extra_fields["reward_extra_info"] = twin
         output.extra_fields[GEC.info_field] = record.to_dict()
         return output
 
@@ -310,17 +355,26 @@ class GecAgentLoop(SingleTurnAgentLoop):
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str,
         uid: str, index: int, kwargs: dict,
     ) -> tuple[Optional[_Correction], str]:
-        """The drawn correction carried out and its reason: "corrected", or (None, NO_PLACEBO / DOES_NOT_FIT)."""
-        lent = None
-        if self.gec.answer_source == "placebo" and branch != REGENERATE:  # a regeneration injects no answer
-            lent = await self._placebo(branch, answer, uid, index, kwargs)
-            if lent is None:
-                return None, NO_PLACEBO
-            answer, solution = lent.answer, lent.solution
-        correction = await self._apply(branch, output, sampling_params, answer, solution)
+        """The drawn correction carried out and its reason: "corrected", or (None, NO_PLACEBO / DOES_NOT_FIT).
+
+        A placebo rewarded as gold first builds its gold twin (``answer`` and ``solution`` are this row's):
+        where the twin does not fit, the gold run leaves the response as sampled, and so does the placebo."""
+        if self.gec.answer_source != "placebo" or branch == REGENERATE:  # a regeneration injects no answer
+            correction = await self._apply(branch, output, sampling_params, answer, solution)
+            return (None, DOES_NOT_FIT) if correction is None else (correction, "corrected")
+        twin = None
+        if self.gec.placebo_reward == "as_gold":
+            twin = await self._apply(branch, output, sampling_params, answer, solution)
+            if twin is None:
+                return None, DOES_NOT_FIT
+        lent = await self._placebo(branch, answer, uid, index, kwargs)
+        if lent is None:
+            return None, NO_PLACEBO
+        correction = await self._apply(branch, output, sampling_params, lent.answer, lent.solution)
         if correction is None:
             return None, DOES_NOT_FIT
-        return replace(correction, placebo_index=None if lent is None else lent.row), "corrected"
+        twin_reward = None if twin is None else await self._reward_as_verl(twin.response_ids, output, kwargs)
+        return replace(correction, placebo_index=lent.row, twin_reward=twin_reward), "corrected"
 
     async def _placebo(self, branch: str, answer: str, uid: str, index: int, kwargs: dict) -> Optional[PlaceboProblem]:
         """The first of this response's placebo candidates (``placebo_candidates``) whose injected answer

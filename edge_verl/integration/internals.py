@@ -27,7 +27,16 @@ from typing import Any, Callable, Mapping, Union
 
 from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP
 from edge_verl import names
-from edge_verl.source_checks import Relied, calls_by_keyword, calls_with_constant, clamps, registry_of, sets_keys_before
+from edge_verl.source_checks import (
+    Relied,
+    calls_by_keyword,
+    calls_only_if,
+    calls_with_constant,
+    clamps,
+    contains_code,
+    registry_of,
+    sets_keys_before,
+)
 
 InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 # The mark a replacement carries: the (module, path) entry it was installed under.
@@ -152,6 +161,26 @@ _PPO_LOSS = ("config", "model_output", "data", "dp_group")
 POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
 # The actor loss's metric keys reach the trainer prefixed by verl's rename_dict (the hook writes gec/..., edge_eda/...).
 _PREFIXES_ACTOR_METRICS = calls_with_constant("rename_dict", f"{names.ACTOR_METRIC_PREFIX}/")
+# GEC's placebo rewarded as gold (gec_agent_loop.naive_reward, preflight.check_placebo_reward): the agent loop
+# skips its reward loop for a response whose reward_score is set; the batch takes every response's extra-info
+# keys from the first; the naive manager builds the reward function's extra_info and turns its result into
+# reward_score and reward_extra_info as mirrored; verl scores in the agent loop only without a reward model
+# (legacy: ray_trainer's enable_agent_reward_loop; v1: the reward loop manager's handles), and the v1 trainer
+# turns a set reward_score into rm_scores.
+_REWARD_ONLY_IF_UNSET = calls_only_if(".compute_score.remote", "final_output.reward_score is None")
+_EXTRA_INFO_KEYS_OF_FIRST = (
+    contains_code("reward_extra_infos = [input.extra_fields.get('reward_extra_info', {}) for input in inputs]"),
+    contains_code("reward_extra_keys = list(reward_extra_infos[0].keys())"),
+)
+_NAIVE_REWARD = (
+    contains_code("extra_info.update(tool_extra_fields.items())"),
+    contains_code("extra_info['num_turns'] = num_turns"),
+    contains_code("extra_info['rollout_reward_scores'] = rollout_reward_scores"),
+    contains_code("response_str = await self.loop.run_in_executor(None, lambda: self.tokenizer.decode(valid_response_ids, skip_special_tokens=True))"),
+    contains_code("reward_extra_info[key] = value"),
+    contains_code("reward_extra_info['acc'] = score"),
+    contains_code("return {'reward_score': reward, 'reward_extra_info': reward_extra_info}"),
+)
 
 CORE = PatchTable(
     layer="core plugin",
@@ -213,13 +242,30 @@ CORE = PatchTable(
             "register": ("agent_name",),
             "_agent_loop_registry": (),
             "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
+            "AgentLoopOutput.as_dict": ("self", contains_code("rm_scores[-1] = reward_score")),
             "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
+            "AgentLoopWorker._compute_score": ("self", "outputs", "kwargs", _REWARD_ONLY_IF_UNSET),
+            "AgentLoopWorker._postprocess": ("self", "inputs", *_EXTRA_INFO_KEYS_OF_FIRST),
         },
+        "verl.experimental.reward_loop.reward_manager.naive": {"NaiveRewardManager.run_single": ("self", "data", *_NAIVE_REWARD)},
+        "verl.experimental.reward_loop.reward_loop": {
+            "RewardLoopManager.reward_loop_worker_handles": (
+                contains_code("not self.config.reward.reward_model.enable or self.config.reward.reward_model.enable_resource_pool"),
+            ),
+        },
+        "verl.trainer.ppo.ray_trainer": {
+            "RayPPOTrainer.init_workers": ("self", contains_code("enable_agent_reward_loop = not self.use_rm or self.config.reward.reward_model.enable_resource_pool")),
+        },
+        "verl.workers.config.reward": {"RewardManagerConfig": ("source", "name"), "RewardModelConfig": ("enable", "enable_resource_pool")},
         "verl.experimental.agent_loop.single_turn_agent_loop": {"SingleTurnAgentLoop.run": ("self", "sampling_params")},
         # the GEC loop's end tokens: the model's generation config, read as verl's HFModelConfig reads it
         "verl.utils.model": {"get_generation_config": ("model", "trust_remote_code")},
         "verl.utils.fs": {"copy_to_local": ("src",)},
-        "verl.trainer.ppo.reward": {"get_custom_reward_fn": ("config",)},
+        "verl.trainer.ppo.reward": {
+            "get_custom_reward_fn": ("config",),
+            # the naive manager's reward function is the run's custom one, as GEC's
+            "load_reward_manager": ("config", "tokenizer", contains_code("compute_score = get_custom_reward_fn(config)")),
+        },
         "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
         "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
         "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},

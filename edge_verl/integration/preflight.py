@@ -11,7 +11,8 @@ Two entry points share ``preflight(config)``:
   first, with the run-identity check.
 
 What is checked: the estimator's options (unknown key, bad value; ``config.py``), EDA's gradient form and
-its prerequisite (``actor.calculate_entropy``), GEC's switch, rollout settings and token budgets, the data
+its prerequisite (``actor.calculate_entropy``), GEC's switch, rollout settings, token budgets and, for a
+placebo rewarded as gold, verl's reward settings (``check_placebo_reward``), the data
 files (exist; a GEC run's training rows carry ``agent_name`` and the ground truth GEC grades with; no
 validation row is marked for GEC). The tokenizer-dependent part of GEC's budget (the reflection phrase's
 token count) is checked when the agent loop starts (``gec_agent_loop``).
@@ -92,7 +93,41 @@ def check_gec_supported(config: Any) -> GecConfig:
         raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
     if options.first_sample_tokens is not None:
         check_budget(options, int(rollout.response_length))
+    check_placebo_reward(config, options)
     return options
+
+
+def check_placebo_reward(config: Any, options: GecConfig) -> None:
+    """``placebo_reward=as_gold`` rewards a placebo response in the agent loop, as verl's naive reward manager
+    rewards its gold twin (``gec_agent_loop``); verl keeps that reward, and the batch its extra-info keys,
+    only when the naive manager scores every response inside the agent loop (no reward model: verl's
+    ``enable_agent_reward_loop``, ray_trainer.py:949). Defaults are verl's where a key is absent."""
+    if options.answer_source != "placebo" or options.placebo_reward != "as_gold":
+        return
+    reward = config.get("reward", None) or {}
+    manager = reward.get("reward_manager", None) or {}
+    source, name = manager.get("source", "register"), manager.get("name", "naive")
+    fix = "or set algorithm.edge_gec.placebo_reward=graded (the placebo graded against the row's gold)"
+    if (source, name) != ("register", "naive"):
+        raise ValueError(
+            f"algorithm.edge_gec.placebo_reward=as_gold rewards a placebo response as verl's naive reward manager "
+            f"rewards its gold twin, but reward.reward_manager is source={source!r}, name={name!r}, whose rewards and "
+            f"extra-info keys may differ: the placebo would not share EDGE's rewards. Use reward.reward_manager.name=naive "
+            f"(source=register), {fix}."
+        )
+    model = reward.get("reward_model", None) or {}
+    if model.get("enable", False):
+        why = (
+            "with enable_resource_pool the naive manager hands the reward function the reward model's router, which "
+            "GEC's grading in the agent loop does not, so the twin's reward would not be the reward loop's"
+            if model.get("enable_resource_pool", False)
+            else "without enable_resource_pool verl scores rewards after the rollout, not in the agent loop, so the "
+            "twin's reward would be overwritten or break the batch's reward extra info"
+        )
+        raise ValueError(
+            f"algorithm.edge_gec.placebo_reward=as_gold needs every reward scored by the run's reward function in "
+            f"verl's agent loop, but reward.reward_model.enable=True: {why}. Run without a reward model, {fix}."
+        )
 
 
 def check_budget(options: GecConfig, response_length: int, phrase_tokens: int = 0) -> None:

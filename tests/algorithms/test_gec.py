@@ -190,6 +190,7 @@ def test_every_metric_of_a_step_of_hand_built_records():
             "gec/not_fitting": 1,  # r3
             "gec/prompt_too_long": 1,  # r5
             "gec/no_placebo": 0,
+            "gec/rewarded_as_gold_frac": 0.0,  # answer_source=gold: verl's reward loop scored every response
             "gec/regenerate_became_correct": 1,  # r0 (r4 still wrong)
             "gec/continuation_tokens_mean": 4.0,  # (3 + 5) / 2
             "gec/continuation_tokens_min": 3,
@@ -222,6 +223,7 @@ def test_the_record_round_trips_through_plain_builtins():
         _regenerated(3, 5, tokens=2, budget=4, requested=8, sample_seconds=0.25),
         _corrected(REPLACE_SOLUTION, 0, 7),
         _corrected(INJECT_ANSWER, 0, 4, placebo_index=0),
+        _corrected(INJECT_ANSWER, 0, 4, placebo_index=0, twin_score=1.0),
     ):
         # what crosses Ray (pickle) and what a JSON dump keeps are the same plain dict
         assert json.loads(json.dumps(info)) == info == pickle.loads(pickle.dumps(info))
@@ -230,6 +232,7 @@ def test_the_record_round_trips_through_plain_builtins():
     assert set(_record()) == {field for field in CorrectionRecord.__dataclass_fields__}
     assert _record()["continuation_tokens"] is None  # written even when not a regeneration
     assert _record()["placebo_index"] is None  # written even with answer_source=gold
+    assert _record()["twin_score"] is None  # written even when verl's reward loop scores the response
 
 
 def test_from_dict_names_a_missing_and_an_unknown_key():
@@ -265,6 +268,7 @@ def test_from_dict_names_a_missing_and_an_unknown_key():
         ),
         (dict(reason="no_placebo", original_correct=False, placebo_index=2), "on branch None"),
         (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=0, injected_end=2, placebo_index=-1), "placebo_index=-1"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=0, injected_end=2, twin_score=1.0), "twin_score=1.0 without a placebo"),
         (dict(original_length=-1), "original_length=-1 must be >= 0"),
         (dict(sample_seconds=-0.5), "sample_seconds=-0.5 must be >= 0"),
     ],
@@ -290,6 +294,16 @@ def test_config_defaults_and_validation():
         GecConfig(answer_template="no placeholder")
     with pytest.raises(ValueError, match="unknown option"):
         GecConfig.from_mapping({"probability": 1})
+
+
+def test_placebo_reward_is_a_named_choice_read_only_with_a_placebo():
+    # the isolating placebo is THE placebo: as_gold unless asked otherwise; gold ignores the (default) value
+    assert GecConfig().placebo_reward == "as_gold" and GecConfig(answer_source="placebo").placebo_reward == "as_gold"
+    assert GecConfig(answer_source="placebo", placebo_reward="graded").placebo_reward == "graded"
+    with pytest.raises(ValueError, match=r"edge_gec.placebo_reward='as-gold'; allowed: \['as_gold', 'graded'\]"):
+        GecConfig(answer_source="placebo", placebo_reward="as-gold")
+    with pytest.raises(ValueError, match="placebo_reward='graded' is read only with edge_gec.answer_source=placebo .*set answer_source=placebo"):
+        GecConfig(placebo_reward="graded")
 
 
 def test_the_prompt_gate_leaves_incorrect_responses_of_long_prompts_alone():
@@ -371,6 +385,23 @@ def test_summary_counts_responses_left_without_a_placebo():
     metrics = summarize_corrections(infos, [0.0, 0.0, 0.0, 1.0], ["a", "a", "b", "b"], torch.ones(4, 3))
     assert (metrics["gec/no_placebo"], metrics["gec/corrected"], metrics["gec/corrected_inject_answer"]) == (2, 1, 1)
     assert metrics["gec/not_fitting"] == 0 and metrics["gec/injected_token_frac"] == pytest.approx(2 / 12)
+
+
+def test_the_share_of_corrections_rewarded_as_their_gold_twin():
+    # placebo_reward=as_gold: r0, r1 are placebos rewarded as their twins (1.0 and 0.0: a twin may grade wrong),
+    # r2 a regeneration (no answer injected: verl scored it), r3 correct: 2 of 3 corrections.
+    infos = [
+        _corrected(INJECT_ANSWER, 1, 3, placebo_index=3, twin_score=1.0),
+        _corrected(REPLACE_SOLUTION, 0, 3, placebo_index=5, twin_score=0.0),
+        _regenerated(1, 2, tokens=1, budget=1, requested=1),
+        _record(),
+    ]
+    metrics = summarize_corrections(infos, [1.0, 0.0, 0.0, 1.0], ["a", "a", "b", "b"], torch.ones(4, 3))
+    assert metrics["gec/rewarded_as_gold_frac"] == pytest.approx(2 / 3)
+    # graded (the same placebos, twin_score None): none; and no share at all in a step without corrections
+    graded = [{**info, "twin_score": None} for info in infos]
+    assert summarize_corrections(graded, [0.0, 0.0, 0.0, 1.0], ["a", "a", "b", "b"], torch.ones(4, 3))["gec/rewarded_as_gold_frac"] == 0.0
+    assert "gec/rewarded_as_gold_frac" not in summarize_corrections([_record()], [1.0], ["a"], torch.ones(1, 3))
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,11 @@ diagnostics of the actor update and the responses GEC trained.
 - v1, injected_loss=masked, regenerate and inject_answer, first samples capped: 0 gradient share through
   GEC's injected tokens (phrase, answer), the rest sums to 1; every regeneration continues for its whole
   budget; each corrected response and the injected-token count match the branch that wrote it;
-- legacy, the three branches in thirds with answer_source=placebo, first_attempt=drop and
-  injected_loss=sft: every injected answer / solution grades 0 against the row's gold, a corrected
-  response starts with the phrase / the injected answer, the NLL term is logged and the surrogate's share
-  through injected tokens is 0, validation is never corrected.
+- legacy, the three branches in thirds with answer_source=placebo (rewarded as gold), first_attempt=drop and
+  injected_loss=sft: every injected answer / solution grades 0 against the row's gold yet is trained with
+  reward 1, its gold twin's (verl's reward loop skipped it, the batch kept the reward loop's extra-info
+  keys), a corrected response starts with the phrase / the injected answer, the NLL term is logged and the
+  surrogate's share through injected tokens is 0, validation is never corrected.
 placebo and drop act in the agent loop, which both trainers share; masked and sft in the actor loss, one on
 each trainer (sft also in the Megatron EDGE-SFT recipe, tests/e2e/test_megatron_on_cpu.py). The paper's
 loss (the injected tokens trained through the surrogate) and every branch's tokens: the vLLM rollout's GEC
@@ -82,17 +83,27 @@ def test_masked_takes_the_injected_tokens_out_of_the_surrogate_and_regenerations
         assert 0 <= len(row["output"]) - len(injected_answer_text(ground_truth(row))) <= FIRST, row["output"]
 
 
+def _graded(row):
+    """What the run's reward gives the trained text against the row's gold (a placebo rewarded as gold is
+    trained with its twin's reward instead)."""
+    from edge_verl.reward import compute_score
+
+    return compute_score(data_source="demo", solution_str=row["output"], ground_truth=ground_truth(row))["score"]
+
+
 def _corrected(dump):
     return [row for row in dump if "Wait!" in row["output"] or row["output"].startswith("The digit to copy is")]
 
 
 def test_placebo_and_drop_in_every_branch(run_cpu_demo):
     # One run, the three branches drawn in thirds (each occurs among the ~57 wrong responses of 64): placebo
-    # answers and solutions grade 0 against the row's gold, drop leaves no first attempt before the injected
+    # answers and solutions grade 0 against the row's gold and are rewarded as their gold twins (the answer
+    # sentence alone, the row's solution: both right), drop leaves no first attempt before the injected
     # text, sft gives the injected tokens no gradient through the surrogate and trains them through its NLL
     # term, and validation is never corrected.
     controls = (
         "+algorithm.edge_gec.probabilities=[0.34,0.33,0.33]", "+algorithm.edge_gec.answer_source=placebo",
+        "+algorithm.edge_gec.placebo_reward=as_gold",
         "+algorithm.edge_gec.first_attempt=drop", "+algorithm.edge_gec.injected_loss=sft",
         "trainer.val_before_train=True", *MOVING,
     )
@@ -116,10 +127,14 @@ def test_placebo_and_drop_in_every_branch(run_cpu_demo):
     for row in regenerated:  # drop: the continuation follows the phrase alone
         assert row["output"].startswith(REFLECTION_PHRASE), row["output"]
     for row in answered:  # the placebo never grades right against this row's gold; drop: the response IS the sentence
-        assert row["score"] == 0.0 and row["output"] != injected_answer_text(ground_truth(row)), row
+        assert _graded(row) == 0.0 and row["score"] == 1.0 and row["output"] != injected_answer_text(ground_truth(row)), row
         assert row["output"].lstrip().startswith("Wait!") and row["output"].count("\\boxed") == 1, row["output"]
-    for row in replaced:  # another problem's solution, graded against this row's gold
-        assert row["score"] == 0.0 and row["output"] != task.make_solution(ground_truth(row)), row
+    for row in replaced:  # another problem's solution: wrong against this row's gold, rewarded as the row's own
+        assert _graded(row) == 0.0 and row["score"] == 1.0 and row["output"] != task.make_solution(ground_truth(row)), row
+    placebos = len(answered) + len(replaced)
+    assert metrics["edge_verl/gec/rewarded_as_gold_frac"] == pytest.approx(placebos / metrics["edge_verl/gec/corrected"])
+    for row in answered + replaced:  # verl's dump shows the reward extra info it logged: the twin's (gold) answer
+        assert row["pred"] == ground_truth(row) and row["acc"] is True, row
     for origin in INJECTED:  # sft: the phrase, the answer and the solution get no gradient through the surrogate
         assert metrics.get(f"actor/gec/{origin}/grad_share", 0.0) == 0.0, origin
     for origin in ("phrase", "answer", "solution", "continuation", "sampled"):

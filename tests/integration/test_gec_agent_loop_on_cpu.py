@@ -492,3 +492,159 @@ def test_a_placebo_run_without_usable_training_files_is_refused_at_setup(tmp_pat
     # answer_source=gold reads no training file
     loop, _ = _budget_loop(tmp_path, 200, train_files=str(bare))
     assert loop.placebo_pool == ()
+
+
+# --- placebo_reward: the placebo rewarded as its gold twin (as_gold) or graded like any response -------------
+
+
+class _VerlRewardLoop:
+    """verl's reward path in process: the real naive reward manager (on the loop's reward function) behind a
+    stand-in for a reward worker's Ray handle, and verl's AgentLoopWorker methods that score each output and
+    assemble the batch, on a worker that holds only what those methods read (no Ray, no server).
+    ``scored``: the reward manager's results, one per output verl's reward loop scored itself."""
+
+    def __init__(self, loop, prompt_length=64):
+        from types import SimpleNamespace
+
+        from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+        from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+        self.manager = NaiveRewardManager(None, loop.tokenizer, loop.reward_fn)  # binds the current event loop
+        self.scored = []
+        worker = AgentLoopWorker.__new__(AgentLoopWorker)
+        worker.tokenizer, worker.processor, worker.mm_processor_kwargs = loop.tokenizer, None, {}
+        worker.rollout_config = SimpleNamespace(prompt_length=prompt_length, response_length=loop.response_length)
+        worker.distillation_enabled = False
+        worker.reward_loop_worker_handles = [SimpleNamespace(compute_score=SimpleNamespace(remote=self._compute_score))]
+        self.worker = worker
+
+    async def _compute_score(self, data):
+        result = await self.manager.run_single(data)
+        self.scored.append(result)
+        return result
+
+
+def _through_verl(loop, rows, first=None):
+    """Each of ``rows`` (updates of ``SAMPLE``) run by the GEC loop, then through verl's reward loop and batch
+    assembly (``_VerlRewardLoop``); ``first``: the index of the output to put first in the batch (verl takes
+    the batch's extra-info keys from it). Returns (outputs, the reward_score each output left the GEC loop
+    with, GEC records, the batch, the reward loop)."""
+    reward_loop = _VerlRewardLoop(loop)
+
+    async def run_rows():
+        outputs, set_by_gec, internals = [], [], []
+        for row in rows:
+            kwargs = {**SAMPLE, **row}
+            output = await loop.run({"temperature": 1.0}, **kwargs)
+            outputs.append(output)
+            set_by_gec.append(output.reward_score)
+            internals.append(await reward_loop.worker._agent_loop_postprocess(output, False, **kwargs))
+        return outputs, set_by_gec, internals
+
+    event_loop = asyncio.get_event_loop()
+    try:
+        outputs, set_by_gec, internals = event_loop.run_until_complete(run_rows())
+    finally:
+        event_loop.close()
+        asyncio.set_event_loop(None)
+    order = list(range(len(rows))) if first is None else [first, *(i for i in range(len(rows)) if i != first)]
+    batch = reward_loop.worker._postprocess([internals[i] for i in order])
+    records = [CorrectionRecord.from_dict(output.extra_fields["edge_verl_gec"]) for output in outputs]
+    return outputs, set_by_gec, records, (order, batch), reward_loop
+
+
+def _rm_scores(batch):
+    """Each output's reward in the batch (verl puts it on the response's last token), in run order."""
+    order, data = batch
+    scores = data.batch["rm_scores"].sum(-1).tolist()
+    return [scores[order.index(i)] for i in range(len(order))]
+
+
+def _placebo_loop(tmp_path, response_length=200, rows=PLACEBO_ROWS, **gec):
+    train = _train_file(tmp_path / "train.parquet", rows)
+    loop, _ = _budget_loop(tmp_path, response_length, train_files=[train], answer_source="placebo", **gec)
+    return loop
+
+
+@pytest.mark.parametrize("branch", ["inject_answer", "replace_solution"])
+def test_an_as_gold_placebo_is_rewarded_as_its_gold_twin_where_the_graded_one_scores_zero(tmp_path, branch):
+    # The same placebo under both rewards (same seed and uids: same row lent, same tokens). Inject: row 2, 3
+    # or 4's answer (3, 7, 5) boxed after the first sample; replace: row 2's solution "1+2=\boxed{3}" (the only
+    # wrong answer with a wrong solution). Against this row's gold 2 the placebo grades 0.0; its gold twin
+    # (the same first sample with "\boxed{2}", or this row's solution "1+1=\boxed{2}") grades 1.0.
+    gec = INJECT if branch == "inject_answer" else REPLACE
+    rows = [{"uid": uid, "extra_info": OWN} for uid in ("u0", "u1", "u2")]
+    as_gold = _through_verl(_placebo_loop(tmp_path / "as_gold", placebo_reward="as_gold", **gec), rows)
+    graded = _through_verl(_placebo_loop(tmp_path / "graded", placebo_reward="graded", **gec), rows)
+    gold_loop, _ = _budget_loop(tmp_path / "gold", 200, **gec)  # EDGE: the twins themselves
+    gold = _through_verl(gold_loop, rows)
+    loop = gold_loop
+    for i in range(len(rows)):
+        placebo, record = as_gold[0][i], as_gold[2][i]
+        assert record.branch == branch and record.placebo_index == graded[2][i].placebo_index is not None
+        lent = PLACEBO_ROWS[record.placebo_index]
+        injected = loop._encode(injected_answer_text(lent[1]) if branch == "inject_answer" else lent[2]) + [loop.eos_id]
+        assert placebo.response_ids == graded[0][i].response_ids and placebo.response_ids[record.injected_start :] == injected
+        assert placebo.response_ids != gold[0][i].response_ids
+        # as_gold: GEC set the reward (verl's reward loop skipped it); graded and gold: verl's reward loop did
+        assert (as_gold[1][i], graded[1][i], gold[1][i]) == (1.0, None, None)
+        assert (record.twin_score, graded[2][i].twin_score, gold[2][i].twin_score) == (1.0, None, None)
+        # the rewards verl trains with: the placebo's tokens at 1.0 as_gold, 0.0 graded; the twin's 1.0
+        assert (_rm_scores(as_gold[3])[i], _rm_scores(graded[3])[i], _rm_scores(gold[3])[i]) == (1.0, 0.0, 1.0)
+        # the extra info verl logs for it is what verl's naive manager gave the twin in EDGE's run
+        assert placebo.extra_fields["reward_extra_info"] == gold[0][i].extra_fields["reward_extra_info"]
+        assert placebo.extra_fields["reward_extra_info"]["pred"] == "2"
+    assert (len(as_gold[4].scored), len(graded[4].scored), len(gold[4].scored)) == (0, 3, 3)
+
+
+@pytest.mark.parametrize("reward", ["dict", "float"])
+def test_the_batch_gets_the_reward_loops_extra_info_keys_from_a_twin_rewarded_response(tmp_path, reward):
+    # A batch of one placebo run (paper probabilities): twin-rewarded placebos and regenerations verl scores
+    # itself. verl names the batch's extra-info columns after its FIRST response's keys, so a twin-rewarded
+    # response goes first: the keys must be those the naive manager gives every other response (edge_verl's
+    # reward: its dict's keys, "score" included; a reward returning a float: {"acc"}).
+    from edge_verl.reward import compute_score
+
+    paper = dict(force_regenerate=False, probabilities=[0.5, 0.25, 0.25])
+    rows = [{"uid": f"u{i}", "extra_info": OWN} for i in range(8)]
+    probe = _through_verl(_placebo_loop(tmp_path / "probe", **paper), rows)  # which responses get a placebo
+    first = next(i for i, record in enumerate(probe[2]) if record.twin_score is not None)
+    loop = _placebo_loop(tmp_path, **paper)  # a loop binds the event loop it is built in: built, then run
+    if reward == "float":
+        loop.reward_fn = lambda **kwargs: compute_score(**kwargs)["score"]
+    outputs, set_by_gec, records, batch, reward_loop = _through_verl(loop, rows, first=first)
+    twins = [i for i, record in enumerate(records) if record.twin_score is not None]
+    assert twins and first in twins and len(twins) < len(rows)  # twin-rewarded and verl-scored responses
+    assert len(reward_loop.scored) == len(rows) - len(twins)
+    expected = ["score", "acc", "pred", "reason", "grader"] if reward == "dict" else ["acc"]
+    assert all(list(result["reward_extra_info"]) == expected for result in reward_loop.scored)
+    _, data = batch
+    assert data.meta_info["reward_extra_keys"] == expected and all(len(data.non_tensor_batch[key]) == len(rows) for key in expected)
+    scores = _rm_scores(batch)
+    assert [scores[i] for i in twins] == [1.0] * len(twins) == [set_by_gec[i] for i in twins]
+    assert all(records[i].branch == "regenerate" and scores[i] == 0.0 for i in range(len(rows)) if i not in twins)
+
+
+def test_a_regeneration_is_the_same_whatever_the_answer_source_and_the_placebo_reward(tmp_path):
+    # A regeneration injects no answer: no placebo is lent, no twin built, and verl's reward loop scores it.
+    rows = [{"uid": uid, "extra_info": OWN} for uid in ("u0", "u1")]
+    runs = [_through_verl(_budget_loop(tmp_path / "gold", 200)[0], rows)] + [  # force_regenerate
+        _through_verl(_placebo_loop(tmp_path / reward, placebo_reward=reward, force_regenerate=True), rows) for reward in ("as_gold", "graded")
+    ]
+    for outputs, set_by_gec, records, batch, reward_loop in runs:
+        assert [output.response_ids for output in outputs] == [output.response_ids for output in runs[0][0]]
+        assert all((r.branch, r.placebo_index, r.twin_score) == ("regenerate", None, None) for r in records)
+        assert set_by_gec == [None, None] and len(reward_loop.scored) == 2 and _rm_scores(batch) == [0.0, 0.0]
+
+
+def test_an_as_gold_placebo_is_carried_out_only_where_its_gold_twin_fits(tmp_path):
+    # response_length 20, replace_solution: this row's solution (33 byte tokens + EOS) cannot fit, so the gold
+    # run leaves the response as sampled; as_gold does too, while graded replaces it with row 2's solution
+    # "1+2=\boxed{3}" (13 + EOS).
+    own = {"answer": "2", "solution": "a long worked solution \\boxed{2}"}
+    rows = [{"uid": "u0", "extra_info": own}]
+    (gold_record,) = _through_verl(_budget_loop(tmp_path / "gold", 20, **REPLACE)[0], rows)[2]
+    (as_gold_record,) = _through_verl(_placebo_loop(tmp_path / "as_gold", 20, placebo_reward="as_gold", **REPLACE), rows)[2]
+    (graded_record,) = _through_verl(_placebo_loop(tmp_path / "graded", 20, placebo_reward="graded", **REPLACE), rows)[2]
+    assert (gold_record.branch, gold_record.reason) == (as_gold_record.branch, as_gold_record.reason) == (None, "does_not_fit")
+    assert (graded_record.branch, graded_record.placebo_index, graded_record.twin_score) == ("replace_solution", 2, None)

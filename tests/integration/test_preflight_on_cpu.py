@@ -14,6 +14,7 @@ from edge_verl.run_identity import IDENTITY_FILE
 pytestmark = pytest.mark.verl
 
 GEC_ON = ["actor_rollout_ref.rollout.calculate_log_probs=False", "+algorithm.edge_gec.enable=True"]
+PLACEBO = "+algorithm.edge_gec.answer_source=placebo"
 
 
 def _data(folder: Path, gec_train: bool = True, gec_val: bool = False, ground_truth: bool = True) -> dict[str, Path]:
@@ -70,6 +71,27 @@ MISTAKES = {
     # the reviewers' controls are named choices; sft_coef only means something with injected_loss=sft
     "gec_control": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.injected_loss=ignore"], {}, "allowed: ['surrogate', 'masked', 'sft']"),
     "gec_sft_coef": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.sft_coef=0.5"], {}, "read only with edge_gec.injected_loss=sft"),
+    # the placebo's reward is a placebo option; as_gold (the default) needs verl's naive manager scoring in the agent loop
+    "placebo_reward_without_placebo": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.placebo_reward=graded"], {},
+        "edge_gec.placebo_reward='graded' is read only with edge_gec.answer_source=placebo",
+    ),
+    "placebo_as_gold_other_manager": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, PLACEBO, "reward.reward_manager.name=dapo"], {},
+        "reward.reward_manager is source='register', name='dapo'",
+    ),
+    "placebo_as_gold_imported_manager": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, PLACEBO, "reward.reward_manager.source=importlib"], {},
+        "reward.reward_manager is source='importlib', name='naive'",
+    ),
+    "placebo_as_gold_colocated_reward_model": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, PLACEBO, "reward.reward_model.enable=True"], {},
+        "without enable_resource_pool verl scores rewards after the rollout",
+    ),
+    "placebo_as_gold_reward_model_pool": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, PLACEBO, "reward.reward_model.enable=True", "reward.reward_model.enable_resource_pool=True"],
+        {}, "hands the reward function the reward model's router",
+    ),
     # injected tokens have no rollout log-probs
     "gec_log_probs": (["algorithm.adv_estimator=grpo", "+algorithm.edge_gec.enable=True"], {}, "calculate_log_probs=False"),
 }
@@ -92,6 +114,24 @@ def test_a_placebo_run_whose_training_file_lends_no_other_answer_stops_before_ra
     with pytest.raises(ValueError, match="hold 1 problem"):
         preflight(config)
     assert preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.answer_source=placebo")).gec.answer_source == "placebo"
+
+
+def test_an_as_gold_placebo_refusal_says_why_and_how_to_fix_it_and_graded_needs_no_check(tmp_path):
+    dapo = ["algorithm.adv_estimator=grpo", *GEC_ON, PLACEBO, "reward.reward_manager.name=dapo"]
+    with pytest.raises(ValueError) as refused:
+        preflight(_config(tmp_path, *dapo))
+    assert "the placebo would not share EDGE's rewards" in str(refused.value)
+    assert "Use reward.reward_manager.name=naive (source=register), or set algorithm.edge_gec.placebo_reward=graded" in str(refused.value)
+    # graded leaves every reward to verl's reward loop, whichever manager or reward model scores it
+    graded = [*dapo, "+algorithm.edge_gec.placebo_reward=graded", "reward.reward_model.enable=True"]
+    assert preflight(_config(tmp_path, *graded)).gec.placebo_reward == "graded"
+    # so does gold: the default as_gold is not read there
+    assert preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "reward.reward_manager.name=dapo")).gec.answer_source == "gold"
+    # the agent loop's setup runs the same check on the worker's config
+    from edge_verl.integration.preflight import check_gec_supported
+
+    with pytest.raises(ValueError, match="name='dapo'"):
+        check_gec_supported(_config(tmp_path, *dapo))
 
 
 def test_a_missing_training_file_is_named(tmp_path):

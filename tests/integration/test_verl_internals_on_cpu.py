@@ -163,3 +163,44 @@ def test_the_actor_metric_prefix_is_checked_in_both_trainers_update(monkeypatch)
     monkeypatch.setattr(ray_trainer.RayPPOTrainer, "_update_actor", _update_actor)
     problems = find_internal_mismatches({"verl.trainer.ppo.ray_trainer": CORE.entries()["verl.trainer.ppo.ray_trainer"]})
     assert problems == ["verl.trainer.ppo.ray_trainer.RayPPOTrainer._update_actor: calls rename_dict(..., 'actor/'): no call of rename_dict with 'actor/'"]
+
+
+def test_what_a_placebo_rewarded_as_gold_relies_on_is_checked(monkeypatch):
+    # An upgrade in which the reward loop scores every response, the batch takes the union of the responses'
+    # extra-info keys, the naive manager logs a float reward as "score", and a colocated reward model also
+    # streams: each would lose the twin's reward or its keys, and each is named.
+    from verl.experimental.agent_loop import agent_loop
+    from verl.experimental.reward_loop import reward_loop
+    from verl.experimental.reward_loop.reward_manager import naive
+
+    async def _compute_score(self, outputs, kwargs):
+        final_output = outputs[-1]
+        result = await self.reward_loop_worker_handles[0].compute_score.remote(final_output)
+        final_output.reward_score = result["reward_score"]
+
+    def _postprocess(self, inputs, input_non_tensor_batch=None, validate=False):
+        reward_extra_infos = [input.extra_fields.get("reward_extra_info", {}) for input in inputs]
+        return sorted({key for info in reward_extra_infos for key in info})
+
+    async def run_single(self, data):
+        reward_extra_info, score = {}, 1.0
+        reward_extra_info["score"] = score
+        return {"reward_score": score, "reward_extra_info": reward_extra_info}
+
+    monkeypatch.setattr(agent_loop.AgentLoopWorker, "_compute_score", _compute_score)
+    monkeypatch.setattr(agent_loop.AgentLoopWorker, "_postprocess", _postprocess)
+    monkeypatch.setattr(naive.NaiveRewardManager, "run_single", run_single)
+    monkeypatch.setattr(reward_loop.RewardLoopManager, "reward_loop_worker_handles", property(lambda self: self.reward_loop_workers))
+    entries = CORE.entries()
+    modules = ("verl.experimental.agent_loop.agent_loop", "verl.experimental.reward_loop.reward_manager.naive", "verl.experimental.reward_loop.reward_loop")
+    problems = find_internal_mismatches({name: entries[name] for name in modules})
+    expected = [
+        "AgentLoopWorker._compute_score: calls *.compute_score.remote only if final_output.reward_score is None: calls "
+        "*.compute_score.remote outside `if final_output.reward_score is None`",
+        "AgentLoopWorker._postprocess: contains `reward_extra_keys = list(reward_extra_infos[0].keys())`: no",
+        "NaiveRewardManager.run_single: contains `reward_extra_info['acc'] = score`: no",
+        "RewardLoopManager.reward_loop_worker_handles: contains `not self.config.reward.reward_model.enable or",
+    ]
+    assert all(sum(text in line for line in problems) == 1 for text in expected), problems
+    # the mutated naive manager keeps none of the 7 lines relied on; the batch still reads each response's info
+    assert sum("NaiveRewardManager.run_single" in line for line in problems) == 7 and len(problems) == 10, problems

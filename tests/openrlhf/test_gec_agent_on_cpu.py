@@ -146,3 +146,8 @@ def test_untranslated_controls_are_refused_by_name(engine, tokenizer):
         engine({"injected_loss": "sft"}, {}, tokenizer)
     with pytest.raises(ValueError, match=r"probabilities=\[0.5, 0.5, 0.5\] must sum to 1"):
         engine({"probabilities": [0.5, 0.5, 0.5]}, {}, tokenizer)
+    for reward in ("as_gold", "graded"):  # a placebo, however rewarded, needs a pool the executor does not have
+        with pytest.raises(ValueError, match="answer_source='placebo' is not available through OpenRLHF"):
+            engine({"answer_source": "placebo", "placebo_reward": reward}, {}, tokenizer)
+    with pytest.raises(ValueError, match="placebo_reward='graded' is read only with edge_gec.answer_source=placebo"):
+        engine({"placebo_reward": "graded"}, {}, tokenizer)
