@@ -3,6 +3,7 @@ at a filler value, so that a test sets by hand only the numbers it checks (the r
 lacks a metric its columns name: tests/test_study.py checks that refusal)."""
 
 from edge_verl.methods import get_method
+from edge_verl.study.config import EDA_FORM_ROWS, method_of
 
 FILLER = 0.5
 # What every run of the study logs (verl's own and advantage_stats), and what GEC / EDA / GEPO runs add.
@@ -12,11 +13,13 @@ GEC = ("edge_verl/gec/sampled/score_mean", "edge_verl/gec/sampled/entropy", "edg
        "edge_verl/gec/sampled/zero_variance_group_frac", "edge_verl/gec/sampled/all_wrong_group_frac",
        "edge_verl/gec/sampled/all_right_group_frac", "edge_verl/gec/injected_token_frac")
 ESTIMATOR = {"edge_eda": ("edge_verl/edge_eda/adv_var_before",), "gepo": ("edge_verl/gepo/adv_var_before",), "grpo": ()}
+EDA_GRADIENT_FORM = ("actor/edge_eda/entropy_grad_share",)  # a study row running EDA's gradient form (not *_detached)
 
 
 def logged_metrics(method: str) -> tuple[str, ...]:
-    found = get_method(method)
-    return COMMON + ESTIMATOR[found.estimator] + (GEC if found.gec else ())
+    found = get_method(method_of(method))
+    gradient = EDA_GRADIENT_FORM if found.eda and method not in EDA_FORM_ROWS else ()
+    return COMMON + ESTIMATOR[found.estimator] + (GEC if found.gec else ()) + gradient
 
 
 def training_row(method: str, step: int, **values: float) -> dict:

@@ -221,3 +221,10 @@ def test_a_mixture_study_evaluates_exactly_and_its_runs_log_per_source_statistic
     assert "+algorithm.edge_metrics.per_source=True" in overrides
     pair = StudyConfig(task="pair", methods=("grpo",), seeds=(1,), out=tmp_path)
     assert not any("per_source" in o for o in build_overrides(pair.demo_config("grpo", 1), {"train": "t", "val": "v", "model": "m"}))
+
+
+def test_the_entropy_terms_gradient_share_is_read_only_where_edas_gradient_form_runs():
+    # EDA's gradient form logs the share (actor_loss.py); its detached rows, GRPO and GEPO have no entropy term
+    column = {c.key: c for c in study_report.COLUMNS}["entropy_grad_share"]
+    assert column.metric_for("eda") == column.metric_for("edge") == "actor/edge_eda/entropy_grad_share"
+    assert [column.metric_for(row) for row in ("eda_detached", "edge_detached", "grpo", "gepo")] == [None] * 4

@@ -32,7 +32,18 @@ from edge_verl.demo.run import trained_steps
 from edge_verl.experiment import source_commit
 from edge_verl.methods import get_method
 from edge_verl.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
-from edge_verl.study.config import BASELINE, DONE_FILE, EVAL_FILE, IDENTITY_FILE, LEGACY_PROTOCOL, StudyConfig, StudyError, method_of, plan
+from edge_verl.study.config import (
+    BASELINE,
+    DONE_FILE,
+    EDA_FORM_ROWS,
+    EVAL_FILE,
+    IDENTITY_FILE,
+    LEGACY_PROTOCOL,
+    StudyConfig,
+    StudyError,
+    method_of,
+    plan,
+)
 from edge_verl.study.mixture import part_markdown, part_summary, part_values
 from edge_verl.study.protocol import deviation_table
 from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
@@ -62,10 +73,14 @@ class Column:
     # evaluation="exact": the statistic of edge_verl/study/exact_eval.py (greedy_acc, sampled_acc, gold_prob)
     # on ``split``, of the final weights (``final``) or of the seed's step-0 model.
     exact: Optional[str] = None
+    # Only for rows that run EDA in this form (EDA_FORM_ROWS; a method's own rows run the gradient form).
+    eda_form: Optional[str] = None
 
     def metric_for(self, method: str) -> Optional[str]:
         """The one metric this column reads in a run of study row ``method`` (None: the column does not apply)."""
         found = get_method(method_of(method))
+        if self.eda_form is not None and (not found.eda or EDA_FORM_ROWS.get(method, (method, "gradient"))[1] != self.eda_form):
+            return None
         if found.gec and self.gec is not None:
             return self.gec
         return dict(self.estimators).get(found.estimator, self.metric)
@@ -76,6 +91,8 @@ class Column:
         parts += [f"{estimator} runs `{metric}`" for estimator, metric in self.estimators]
         if self.gec:
             parts.append(f"GEC methods `{self.gec}`")
+        if self.eda_form:
+            parts.append(f"only in rows running EDA's {self.eda_form} form")
         return "; ".join(parts)
 
 
@@ -109,6 +126,11 @@ COLUMNS = (
            "response_length/mean", digits=1),
     Column("injected_token_frac", "injected tokens", "GEC: fraction of trained tokens that were injected",
            gec="edge_verl/gec/injected_token_frac"),
+    Column("entropy_grad_share", "EDA entropy-term grad share",
+           "EDA's gradient form: of the loss gradient with respect to the policy's outputs, the share that reaches them "
+           "through the entropy term (|dL/dH| / (|dL/dlogp| + |dL/dH|), edge_verl/integration/actor_loss.py); 0 by "
+           "construction in every other row, whose loss has no such term",
+           "actor/edge_eda/entropy_grad_share", eda_form="gradient"),
 )
 COLUMN_KEYS = tuple(column.key for column in COLUMNS)
 HEADLINE = ("heldout_acc", "seen_acc")
