@@ -297,8 +297,12 @@ def test_holm_never_lowers_a_p_value_and_keeps_the_order():
         assert [adjusted[k] for k in ranked] == sorted(adjusted[k] for k in ranked)
 
 
-def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, capsys):
+def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, capsys, monkeypatch):
     from edge_verl.cli import main
+    from edge_verl.study import calibrate
+
+    # an untrained model babbles to every cap: 16 problems keep its regenerations (8 x 64 tokens each) cheap
+    monkeypatch.setattr(calibrate, "CALIBRATION_PROBLEMS", 16)
 
     assert main(["study", "--task", "pair", "--seeds", "1", "--calibrate", "0", "--out", str(tmp_path)]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pair")]

@@ -60,13 +60,14 @@ class Calibration:
                 f"reflects {self.reflected_frac:.3f}, regenerate success {success} of {self.regenerated}")
 
 
-def measure_start(model_dir: Path, task_name: str, temperature: float, problems: int = CALIBRATION_PROBLEMS,
+def measure_start(model_dir: Path, task_name: str, temperature: float, problems: Optional[int] = None,
                   sample_tokens: Optional[int] = None, continuation_tokens: int = 64) -> dict:
-    """The ``Calibration`` numbers of ``model_dir`` on the first ``problems`` training problems of the task (a
-    task, not a mixture: measure each part), sampled at ``temperature`` with ``sample_tokens`` (None: the
-    task's) per sample and ``continuation_tokens`` per regeneration."""
+    """The ``Calibration`` numbers of ``model_dir`` on the first ``problems`` (None: CALIBRATION_PROBLEMS)
+    training problems of the task (a task, not a mixture: measure each part), sampled at ``temperature`` with
+    ``sample_tokens`` (None: the task's) per sample and ``continuation_tokens`` per regeneration."""
     import torch
 
+    problems = CALIBRATION_PROBLEMS if problems is None else problems
     the_task = tasks.get_task(task_name)
     if isinstance(the_task, tasks.Mixture):
         raise ValueError(f"measure_start: {task_name} is a mixture; measure each of its parts ({', '.join(the_task.part_names)})")

@@ -110,7 +110,8 @@ class GumbelNoise:
     """Gumbel noise times ``temperature`` for ``samples`` rows per problem, problem i's drawn from its own
     generator seeded with ``seeds[i]`` in chunks of NOISE_CHUNK steps: ``argmax(logits + noise)`` samples
     softmax(logits / temperature) exactly, and the noise of (problem, sample, step) is a function of the
-    problem's seed alone, never of the batch, the cap or which other rows are still generating.
+    problem's seed alone (chunk k is always its generator's k-th draw), never of the batch, the cap or which
+    other rows are still generating. A chunk is drawn for every problem at once, when a row first needs it.
 
     Rows are problem-major, sample-minor (row r: problem r // samples, sample r % samples)."""
 
@@ -119,24 +120,24 @@ class GumbelNoise:
 
         self.samples, self.vocab, self.temperature = samples, vocab, temperature
         self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-        self.chunks: list[list] = [[] for _ in seeds]
+        self.chunks: list = []  # chunk k: (problems, samples, NOISE_CHUNK, vocab)
 
-    def _chunk(self, problem: int, number: int):
+    def _draw(self, generator):
         import torch
 
-        drawn = self.chunks[problem]
-        while len(drawn) <= number:  # in order: chunk k is always the generator's k-th draw
-            uniform = torch.rand((self.samples, NOISE_CHUNK, self.vocab), generator=self.generators[problem], dtype=torch.float64)
-            uniform = uniform.clamp(min=1e-300, max=1.0 - 1e-16)
-            drawn.append((-torch.log(-torch.log(uniform)) * self.temperature).float())
-        return drawn[number]
+        uniform = torch.rand((self.samples, NOISE_CHUNK, self.vocab), generator=generator, dtype=torch.float64)
+        uniform = uniform.clamp(min=1e-300, max=1.0 - 1e-16)
+        return (-torch.log(-torch.log(uniform)) * self.temperature).float()
 
     def at(self, rows: Sequence[int], step: int):
         """(len(rows), vocab) noise of ``rows`` at generation step ``step``."""
         import torch
 
         number, offset = divmod(step, NOISE_CHUNK)
-        return torch.stack([self._chunk(row // self.samples, number)[row % self.samples, offset] for row in rows])
+        while len(self.chunks) <= number:
+            self.chunks.append(torch.stack([self._draw(generator) for generator in self.generators]))
+        index = torch.as_tensor(list(rows), dtype=torch.long)
+        return self.chunks[number][index // self.samples, index % self.samples, offset]
 
 
 def decode(model, prompts: Sequence[Sequence[int]], noise: Optional[GumbelNoise], eos_id: int, pad_id: int,
