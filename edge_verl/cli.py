@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from edge_verl.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
+    from edge_verl_lab.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
     from edge_verl.integration.cpu.overrides import ROLLOUTS
     from edge_verl.methods import KNOBS, METHOD_NAMES, SYMMETRIC_ALPHA
 
@@ -26,10 +26,10 @@ def _parser() -> argparse.ArgumentParser:
         help="verl's grpo, edge_eda, gepo, or edge (EDA + GEC) (default grpo)",
     )
     demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    from edge_verl.demo.task import DEFAULT_TASK, TASK_NAMES
+    from edge_verl_lab.demo.task import DEFAULT_TASK, TASK_NAMES
 
     demo.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK,
-                      help=f"the task (edge_verl/demo/task.py; default {DEFAULT_TASK}; addmod: the collapse regime)")
+                      help=f"the task (edge_verl_lab/demo/task.py; default {DEFAULT_TASK}; addmod: the collapse regime)")
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
     demo.add_argument(
         "--eda-form", choices=EDA_FORMS, default="gradient",
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         identity.add_argument(option, required=True, help=text)
     identity.add_argument("--tag", default="", help="what else tells this run apart (reproduce: table/row)")
-    from edge_verl.reproduce.cli import add_reproduce_parser
+    from edge_verl_lab.reproduce.cli import add_reproduce_parser
 
     add_reproduce_parser(commands)
     _add_study_parser(commands, TRAINERS)
@@ -116,8 +116,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_study_parser(commands, trainers) -> None:
-    from edge_verl.demo.task import TASK_NAMES
-    from edge_verl.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, STUDY_METHODS, StudyConfig
+    from edge_verl_lab.demo.task import TASK_NAMES
+    from edge_verl_lab.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, STUDY_METHODS, StudyConfig
 
     defaults = StudyConfig()
     study = commands.add_parser(
@@ -149,7 +149,7 @@ def _add_study_parser(commands, trainers) -> None:
     study.add_argument("--eval-max-new-tokens", type=int, default=None,
                        help="exact: the token cap of every evaluated completion (default: the longest response any of the methods trains on)")
     study.add_argument("--eval-temperature", type=float, default=None, help="exact: the samples' temperature (default: --temperature)")
-    # The training protocol (edge_verl/study/protocol.py: the report prints it against EDGE-GRPO's reference)
+    # The training protocol (edge_verl_lab/study/protocol.py: the report prints it against EDGE-GRPO's reference)
     study.add_argument("--loss-agg-mode", default=defaults.loss_agg_mode, help=f"verl's actor.loss_agg_mode (default {defaults.loss_agg_mode}, the reference's)")
     study.add_argument("--temperature", type=float, default=defaults.temperature, help=f"training sampling temperature (default {defaults.temperature:g}, the reference's)")
     study.add_argument("--updates-per-step", type=int, default=defaults.updates_per_step,
@@ -174,8 +174,8 @@ def _add_study_parser(commands, trainers) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from edge_verl.demo.task import get_task
-    from edge_verl.study.calibrate import calibrate
+    from edge_verl_lab.demo.task import get_task
+    from edge_verl_lab.study.calibrate import calibrate
 
     steps = args.calibrate or [get_task(args.task).warm_start_steps]
     fractions = args.warm_correct_fraction
@@ -196,8 +196,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
-    from edge_verl.study.report import export, write_report
-    from edge_verl.study.runner import StudyConfig, StudyError, plan, run_study
+    from edge_verl_lab.study.report import export, write_report
+    from edge_verl_lab.study.runner import StudyConfig, StudyError, plan, run_study
 
     if args.calibrate is not None:
         return _calibrate(args)
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "preflight":
         return _preflight(args)
     if args.command == "reproduce":
-        from edge_verl.reproduce.cli import run_reproduce
+        from edge_verl_lab.reproduce.cli import run_reproduce
 
         return run_reproduce(args)
     if args.command == "cpu-overrides":
@@ -379,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         return _method_overrides(args)
     if args.command == "study":
         return _study(args)
-    from edge_verl.demo.run import DemoConfig, run_demo
-    from edge_verl.demo.task import DEFAULT_TASK
+    from edge_verl_lab.demo.run import DemoConfig, run_demo
+    from edge_verl_lab.demo.task import DEFAULT_TASK
 
     suffix = ("" if args.rollout == "hf" else f"_{args.rollout}") + ("" if args.task == DEFAULT_TASK else f"_{args.task}")
     out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}{suffix}"

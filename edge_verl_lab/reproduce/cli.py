@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
-from edge_verl.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
+from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
 
 USAGE = """examples:
   edge-verl reproduce edge_hard_1k --seeds 1 2 3                  # EDGE-GRPO Table 2, FSDP recipes
@@ -127,7 +127,7 @@ def add_reproduce_parser(commands) -> None:
 
 
 def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
-    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, RunCollision, Settings, StageFailed, table_markdown
+    from edge_verl_lab.reproduce.pipeline import EvalSettings, Pipeline, RunCollision, Settings, StageFailed, table_markdown
 
     try:
         if args.vary and args.table != "gepo_sensitivity":
