@@ -1,4 +1,4 @@
-"""Command line of ``edge-verl reproduce`` (wired into edge_verl.cli)."""
+"""Command line of ``edge-verl reproduce`` (wired into edge_verl_lab.cli)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from edge_verl.cli import LAB_COMMANDS
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
 from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
 
@@ -94,7 +95,7 @@ def sensitivity_grid(varied: list[tuple[str, Optional[tuple[float, ...]]]]) -> O
 def add_reproduce_parser(commands) -> None:
     parser = commands.add_parser(
         "reproduce",
-        help="run a paper table: each row's recipe per seed, evaluation, table and curves",
+        help=LAB_COMMANDS["reproduce"],
         epilog=USAGE.format(tables=describe_tables()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
