@@ -28,9 +28,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
+    doctor = commands.add_parser(
         "doctor", help="check that import verl registers edge_verl's components and that every patched verl internal exists; "
         "report the GPU stack",
+    )
+    doctor.add_argument(
+        "--cpu", action="store_true",
+        help="check the CPU backend too, as EDGE_VERL_CPU=1 does: its registrations and every internal it patches "
+        "(megatron-core, mbridge and vLLM's CPU build where installed)",
     )
     overrides = commands.add_parser("cpu-overrides", help="print the verl overrides a CPU run needs, one per line")
     overrides.add_argument(
@@ -227,7 +232,7 @@ def _method_overrides(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from edge_verl.integration.doctor import run_doctor
 
-    return run_doctor()
+    return run_doctor(cpu=args.cpu)
 
 
 def main(argv: list[str] | None = None) -> int:

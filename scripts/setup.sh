@@ -38,4 +38,4 @@ fi
 # also installs a top-level `tests` package that must not shadow this repository's. Never on sys.path.
 [ -d .venv/openrlhf-0.11.2/openrlhf-0.11.2.dist-info ] \
     || "${PIP[@]}" --no-deps --target .venv/openrlhf-0.11.2 openrlhf==0.11.2
-.venv/bin/edge-verl doctor
+.venv/bin/edge-verl doctor --cpu
