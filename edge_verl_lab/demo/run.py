@@ -178,7 +178,7 @@ def model_recipe(config: DemoConfig) -> dict:
     task, seed, size or warm start) is rebuilt, never reused."""
     the_task = task.get_task(config.task)
     recipe = {
-        "built_by": "edge_verl.demo.tiny",
+        "built_by": "edge_verl.demo.tiny",  # a name every cached model folder records, not this module's path
         "task": config.task,
         "seed": config.seed,
         "warm_start_steps": config.warm_start_steps,
