@@ -15,7 +15,7 @@ GB/s next to the machine's measured copy bandwidth):
   response_mask, index=uids, config), inside an advantage step (step metrics included), plus ``batch=``
   for ours: the estimator alone, without the wrapper's statistics and verl's DataProto handling;
 - ``--standalone`` (torch only, e.g. a GPU host without verl): the pure functions of edge_verl.algorithms,
-  uid grouping included, against ``edge_verl.benchmarks.verl_grpo_vectorized`` (verl's code, proven equal
+  uid grouping included, against ``edge_verl_lab.benchmarks.verl_grpo_vectorized`` (verl's code, proven equal
   to verl's in tests/integration/test_benchmarks_on_cpu.py).
 ``--threads`` sets torch's intra-op threads (default: torch's own choice); on a CPU machine shared with other
 work, ``--threads 1 --clock cpu`` (this process's CPU time instead of wall time) gives the steadiest ratios.
@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from edge_verl.algorithms.eda import compute_eda_advantages, entropy_gradient_scale  # noqa: E402
 from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages  # noqa: E402
 from edge_verl.algorithms.group_stats import group_index_from_uids, masked_response_mean  # noqa: E402
-from edge_verl.benchmarks import copy_bandwidth, make_batch, round_ratio, time_rounds, traffic, verl_grpo_vectorized  # noqa: E402
+from edge_verl_lab.benchmarks import copy_bandwidth, make_batch, round_ratio, time_rounds, traffic, verl_grpo_vectorized  # noqa: E402
 
 # Peak memory bandwidth of GPUs this may run on (GB/s), for the "% of peak" column.
 PEAK_GB_PER_S = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, without install
 
-from edge_verl.demo.run import DemoConfig, run_demo  # noqa: E402
+from edge_verl_lab.demo.run import DemoConfig, run_demo  # noqa: E402
 
 # label -> (demo algorithm, EDA form)
 METHODS = {

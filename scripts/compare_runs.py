@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from edge_verl.reporting import compare, markdown, plot
+from edge_verl_lab.reporting import compare, markdown, plot
 
 
 def main() -> int:

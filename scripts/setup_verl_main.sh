@@ -38,4 +38,4 @@ EOF
 # As in setup.sh: PyPI's CUDA builds of these fail to load on a CPU torch and nothing here uses them.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" -c "import verl; print('verl', verl.__version__, 'from', verl.__file__)"
-"$VENV/bin/edge-verl" doctor
+"$VENV/bin/edge-verl" doctor --cpu

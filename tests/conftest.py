@@ -26,6 +26,7 @@ FOLDER_MARKERS = {TESTS / "e2e": "e2e", TESTS / "integration": "verl"}
 SERIAL = (
     TESTS / "e2e",
     TESTS / "integration" / "test_doctor_on_cpu.py",
+    TESTS / "integration" / "test_core_without_lab_on_cpu.py",  # the doctor's self-check, twice
     TESTS / "integration" / "test_reward_in_ray_on_cpu.py",
     TESTS / "openrlhf",
     TESTS / "reward",

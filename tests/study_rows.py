@@ -3,7 +3,7 @@ at a filler value, so that a test sets by hand only the numbers it checks (the r
 lacks a metric its columns name: tests/test_study.py checks that refusal)."""
 
 from edge_verl.methods import get_method
-from edge_verl.study.config import EDA_FORM_ROWS, method_of
+from edge_verl_lab.study.config import EDA_FORM_ROWS, method_of
 
 FILLER = 0.5
 # What every run of the study logs (verl's own and advantage_stats), and what GEC / EDA / GEPO runs add.

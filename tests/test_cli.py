@@ -1,10 +1,12 @@
-"""The command line a user meets first: --version, and help text on every option of every command."""
+"""The command line a user meets first: --version, and help text on every option of every command, the plugin's
+(edge_verl/cli.py) and the lab's (edge_verl_lab/cli.py)."""
 
 import argparse
 
 import pytest
 
-from edge_verl.cli import _parser, main
+from edge_verl.cli import LAB_COMMANDS, _parser, main
+from edge_verl_lab.cli import build_parser as lab_parser
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -20,9 +22,11 @@ def test_version(capsys):
 
 
 def test_every_option_of_every_command_has_help():
-    parser = _parser()
-    commands = _subcommands(parser)
-    assert {"demo", "doctor", "preflight", "cpu-overrides", "run-identity", "reproduce"} <= set(commands)
+    plugin, lab = _subcommands(_parser()), _subcommands(lab_parser())
+    assert {"doctor", "preflight", "cpu-overrides", "run-identity", "method", "method-overrides"} <= set(plugin)
+    # the plugin's parser lists the lab's commands (for --help) and the lab's parser defines each of them
+    assert set(lab) == set(LAB_COMMANDS) <= set(plugin)
+    commands = {name: command for name, command in plugin.items() if name not in LAB_COMMANDS} | lab
     missing = [
         f"{name} {action.option_strings or action.dest}"
         for name, command in commands.items()

@@ -1,4 +1,4 @@
-"""Reading runs back (edge_verl.reporting) and scripts/compare_runs.py: verl's file-logger records, resumed
+"""Reading runs back (edge_verl_lab.reporting) and scripts/compare_runs.py: verl's file-logger records, resumed
 runs' several files, mean ± std over seeds, and a loud error instead of a table of "-"."""
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_verl.reporting import compare, load_metrics, markdown, plot
+from edge_verl_lab.reporting import compare, load_metrics, markdown, plot
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_runs.py"
 

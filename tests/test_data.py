@@ -211,7 +211,7 @@ def test_prepare_by_default_writes_random_1k_from_the_shipped_draw_without_netwo
 
 def _files_recipes_read() -> set[str]:
     """Every data file name a recipe (or the shared recipe library) names, e.g. train_random_1k.parquet, and
-    the ``*_gec`` sibling of each training file (the GEC methods' rows; edge_verl.reproduce switches to it)."""
+    the ``*_gec`` sibling of each training file (the GEC methods' rows; edge_verl_lab.reproduce switches to it)."""
     scripts = [*(REPO / "recipes").glob("*.sh"), REPO / "recipes" / "lib" / "common.sh"]
     texts = [path.read_text() for path in scripts]
     names = {name for text in texts for name in re.findall(r"\b(?:train|sft|eval)_[a-z0-9_]+\.parquet", text)}

@@ -1,6 +1,6 @@
 import pytest
 
-from edge_verl.evaluation import ProblemResult, markdown_table, pass_at_k, summarize
+from edge_verl_lab.evaluation import ProblemResult, markdown_table, pass_at_k, summarize
 
 
 def test_pass_at_k_hand_computed():
@@ -28,7 +28,7 @@ def test_vllm_generates_only_on_a_gpu(monkeypatch):
 
     import torch
 
-    from edge_verl.evaluation import uses_vllm
+    from edge_verl_lab.evaluation import uses_vllm
 
     installed = importlib.util.find_spec("vllm") is not None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -46,7 +46,7 @@ def _hf_folder(folder, weights=True):
 
 
 def test_resolve_model_dir_from_run_checkpoint_and_hf_folders(tmp_path):
-    from edge_verl.evaluation import resolve_model_dir
+    from edge_verl_lab.evaluation import resolve_model_dir
 
     run = tmp_path / "run"
     hf2 = _hf_folder(run / "global_step_2" / "actor" / "huggingface")
@@ -60,7 +60,7 @@ def test_resolve_model_dir_from_run_checkpoint_and_hf_folders(tmp_path):
 
 
 def test_checkpoint_without_hf_weights_says_how_to_get_them(tmp_path):
-    from edge_verl.evaluation import resolve_model_dir
+    from edge_verl_lab.evaluation import resolve_model_dir
 
     step = tmp_path / "global_step_5"
     _hf_folder(step / "actor" / "huggingface", weights=False)

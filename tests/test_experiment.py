@@ -1,4 +1,4 @@
-"""The run-folder protocol both experiment pipelines follow (edge_verl/experiment.py): identity comparison,
+"""The run-folder protocol both experiment pipelines follow (edge_verl_lab/experiment.py): identity comparison,
 stage records, the resumption rule; and the study's runner taking that rule (a finished training stage is
 only evaluated, an interrupted one without a checkpoint starts over with its partial outputs removed, one
 with a checkpoint resumes), checked without verl: the demo run is replaced by a spy that records what the
@@ -10,9 +10,9 @@ import json
 import pytest
 
 from edge_verl import experiment
-from edge_verl.reporting import columns_over_seeds, paired_columns
-from edge_verl.study import runner
-from edge_verl.study.config import DONE_FILE, IDENTITY_FILE, StudyConfig
+from edge_verl_lab.reporting import columns_over_seeds, paired_columns
+from edge_verl_lab.study import runner
+from edge_verl_lab.study.config import DONE_FILE, IDENTITY_FILE, StudyConfig
 
 
 def test_changed_keys_names_every_differing_or_missing_key_in_order():
@@ -116,7 +116,7 @@ def test_study_report_and_runner_do_not_import_each_other():
     import ast
     import inspect
 
-    from edge_verl.study import report
+    from edge_verl_lab.study import report
 
     imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(report))) if isinstance(node, ast.ImportFrom)}
-    assert "edge_verl.study.runner" not in imported
+    assert "edge_verl_lab.study.runner" not in imported

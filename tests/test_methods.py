@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.demo.run import ALGORITHMS, DemoConfig, build_overrides
+from edge_verl_lab.demo.run import ALGORITHMS, DemoConfig, build_overrides
 from edge_verl.methods import EDA_FORMS, METHOD_ALIASES, METHOD_NAMES, METHODS, Method, get_method, method_overrides
-from edge_verl.reproduce.tables import TABLES
+from edge_verl_lab.reproduce.tables import TABLES
 from tests.recipe_dry_run import RECIPES, python_path_env, recipe_method, recipe_setting
 
 # The recipes' defaults: seed 42, the gradient form, 1024-token first samples, 256-token continuations.

@@ -1,11 +1,11 @@
-"""edge_verl.reporting's statistics for "is the gain real": Student's t quantile (exact, no scipy), the paired
+"""edge_verl_lab.reporting's statistics for "is the gain real": Student's t quantile (exact, no scipy), the paired
 difference over seeds with its interval, and the validation series verl logs during training."""
 
 import math
 
 import pytest
 
-from edge_verl.reporting import best_and_last, paired_difference, student_t_quantile, validation_series
+from edge_verl_lab.reporting import best_and_last, paired_difference, student_t_quantile, validation_series
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,14 @@
-"""The study's training protocol (edge_verl/study/protocol.py): the reference's values by default, every
+"""The study's training protocol (edge_verl_lab/study/protocol.py): the reference's values by default, every
 deviation named with its reason, and the table built from the very overrides each run is launched with."""
 
 import dataclasses
 
 import pytest
 
-from edge_verl.demo.run import DemoConfig, build_overrides, response_length
-from edge_verl.study import protocol
-from edge_verl.study.config import LEGACY_PROTOCOL, StudyConfig
-from edge_verl.study.protocol import deviation_table, run_overrides
+from edge_verl_lab.demo.run import DemoConfig, build_overrides, response_length
+from edge_verl_lab.study import protocol
+from edge_verl_lab.study.config import LEGACY_PROTOCOL, StudyConfig
+from edge_verl_lab.study.protocol import deviation_table, run_overrides
 
 INPUTS = {"model": "/m", "train": "/t.parquet", "val": "/v.parquet"}
 # What EDGE-GRPO's reference does and a CPU study can do too (EDGE_GRPO.md section 3; transformers'

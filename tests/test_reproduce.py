@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.reproduce.pipeline import (
+from edge_verl_lab.reproduce.pipeline import (
     Pipeline,
     Run,
     Settings,
@@ -22,7 +22,7 @@ from edge_verl.reproduce.pipeline import (
     run_folder,
     table_markdown,
 )
-from edge_verl.reproduce.tables import TABLES, Row
+from edge_verl_lab.reproduce.tables import TABLES, Row
 from tests.recipe_dry_run import recipe_method
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -324,7 +324,7 @@ def test_without_validation_metrics_there_is_no_best_step_section(tmp_path):
 
 
 def test_the_report_plots_every_curve_and_skips_a_metric_a_run_did_not_log(tmp_path):
-    from edge_verl.reproduce.tables import CURVES
+    from edge_verl_lab.reproduce.tables import CURVES
 
     for key in ("edge_verl/edge_eda/abs_adv_p1", "edge_verl/edge_eda/abs_adv_p50", "edge_verl/edge_eda/abs_adv_p99",
                 "edge_verl/edge_eda/entropy_ratio_p1", "edge_verl/edge_eda/entropy_ratio_p50",

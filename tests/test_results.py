@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from edge_verl.methods import method_overrides
-from edge_verl.study.report import report_markdown, summarize
-from edge_verl.study.runner import StudyConfig
+from edge_verl_lab.study.report import report_markdown, summarize
+from edge_verl_lab.study.runner import StudyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -26,7 +26,7 @@ MIX_COMMIT = "599daf5145b78ef04561ac5d00f88229ec2e2790"
 # parts' training statistics are their data sources' per-source metrics.
 MIX_PARTS = {"pair": ("edge_verl/demo_pair", slice(0, 3000), slice(0, 1000)), "max": ("edge_verl/demo_max", slice(3000, 6000), slice(1000, 2000))}
 STUDIES = sorted(path.parent for path in RESULTS.glob("*/report.json"))
-# Knowledge of the study written out here, independently of edge_verl/study: the methods that correct their
+# Knowledge of the study written out here, independently of edge_verl_lab/study: the methods that correct their
 # responses (their sampled reward is GEC's as-sampled metric, their logged reward the corrected one), the
 # gate's margin, the contrasts named in advance, and Student-t quantiles for n = 4 seeds (df = 3).
 GEC_METHODS = {"edge", "edge_detached", "gec", "edge_masked", "edge_placebo", "edge_placebo_graded", "edge_sft_injected",

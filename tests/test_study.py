@@ -8,11 +8,11 @@ import random
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DemoConfig, build_overrides
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import DemoConfig, build_overrides
 from edge_verl.methods import get_method
-from edge_verl.study import report as study_report
-from edge_verl.study.runner import DONE_FILE, IDENTITY_FILE, StudyConfig, StudyError, plan, run_state
+from edge_verl_lab.study import report as study_report
+from edge_verl_lab.study.runner import DONE_FILE, IDENTITY_FILE, StudyConfig, StudyError, plan, run_state
 from tests.study_rows import training_row
 
 

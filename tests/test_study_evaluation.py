@@ -1,5 +1,5 @@
-"""The study's noise-free evaluation (edge_verl/study/exact_eval.py), its starting-point calibration and the
-power statistics of its report (edge_verl/reporting.py): offline, a tiny model built here, seconds."""
+"""The study's noise-free evaluation (edge_verl_lab/study/exact_eval.py), its starting-point calibration and the
+power statistics of its report (edge_verl_lab/reporting.py): offline, a tiny model built here, seconds."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import random
 import pytest
 import torch
 
-from edge_verl.demo import task as tasks
-from edge_verl.reporting import PairedDifference, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
-from edge_verl.demo.run import DemoConfig, build_warm_model, model_recipe
-from edge_verl.study.calibrate import Calibration, measure_start
-from edge_verl.study.verdict import PRIMARY_CONTRASTS, baseline_gate, contrasts, verdict_text
-from edge_verl.study.exact_eval import (
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.reporting import PairedDifference, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
+from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
+from edge_verl_lab.study.calibrate import Calibration, measure_start
+from edge_verl_lab.study.verdict import PRIMARY_CONTRASTS, baseline_gate, contrasts, verdict_text
+from edge_verl_lab.study.exact_eval import (
     NOISE_CHUNK,
     Completion,
     EvalConfig,
@@ -315,7 +315,7 @@ def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, caps
                      "--out", str(tmp_path)]) == 2
 
 
-# --- the gate and the contrasts (edge_verl/study/verdict.py) --------------------------------------------------
+# --- the gate and the contrasts (edge_verl_lab/study/verdict.py) --------------------------------------------------
 
 def test_the_gate_passes_only_when_the_baseline_learned_in_every_seed():
     start = {"1": 0.10, "2": 0.10}
@@ -361,7 +361,7 @@ def test_no_verdict_without_a_learning_baseline():
 # --- the misconception warm start and a stale evaluation ------------------------------------------------------
 
 def test_the_warm_start_teaches_the_task_s_misconception_in_the_wrong_share_of_its_examples():
-    from edge_verl.demo import tiny
+    from edge_verl_lab.demo import tiny
 
     class Recording:  # the real tokenizer, recording every target it is asked to encode
         def __init__(self, tokenizer):
@@ -392,8 +392,8 @@ def test_a_finished_run_with_a_stale_evaluation_is_evaluated_again_from_its_fina
     import json
     import shutil
 
-    from edge_verl.demo.run import final_weights
-    from edge_verl.study.runner import EVAL_FILE, StudyConfig, StudyError, evaluation_is_current, reevaluate
+    from edge_verl_lab.demo.run import final_weights
+    from edge_verl_lab.study.runner import EVAL_FILE, StudyConfig, StudyError, evaluation_is_current, reevaluate
 
     config = StudyConfig(task="copy", methods=("grpo",), seeds=(1,), steps=2, evaluation="exact", eval_samples=1, out=tmp_path)
     demo = config.demo_config("grpo", 1)

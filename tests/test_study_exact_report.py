@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from edge_verl.demo.run import DemoConfig, build_overrides, final_weights, save_overrides
-from edge_verl.study import report as study_report
+from edge_verl_lab.demo.run import DemoConfig, build_overrides, final_weights, save_overrides
+from edge_verl_lab.study import report as study_report
 from edge_verl.methods import get_method
-from edge_verl.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError
+from edge_verl_lab.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig, StudyError
 from tests.study_rows import training_row
 
 

@@ -7,9 +7,12 @@ that must exist (built and read by keyword). An empty tuple checks existence onl
 shows (how verl calls a function, a value copied from verl's code) follows the names as ``Relied`` checks
 of the attribute's source or value (``edge_verl.source_checks``). ``patched`` lists what the layer
 replaces, ``read`` what it calls or reads as it is. ``PatchTable.wrap`` refuses an attribute that is not in
-``patched``, so a patch cannot exist without its entry; ``find_internal_mismatches`` (the internals test
-and ``edge-verl doctor``) checks every entry against the installed packages, looking through the plugin's
-own wrappers (``__wrapped__``) so that a patch does not hide an upstream change.
+``patched``, so a patch cannot exist without its entry; ``check_internals`` (the internals test and
+``edge-verl doctor``) checks every entry against the installed packages, looking through the plugin's own
+wrappers (``__wrapped__``) so that a patch does not hide an upstream change. A layer's ``optional``
+packages (the CPU backend's megatron, mbridge and vLLM) are ones no install requires: an entry whose module
+cannot be imported because one of them is not installed is reported as absent, not as changed; an
+installed one whose modules fail or changed is a mismatch like any other.
 
 Two layers: ``CORE`` (the plugin every verl process loads: estimators, trainer adapters, actor loss, agent
 loop) below, and ``edge_verl.integration.cpu.CPU_BACKEND`` (``EDGE_VERL_CPU=1`` only). No verl import.
@@ -23,7 +26,7 @@ import importlib.util
 import inspect
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Collection, Mapping, Union
 
 from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP
 from edge_verl import names
@@ -62,6 +65,7 @@ class PatchTable:
     layer: str
     patched: InternalsTable
     read: InternalsTable = field(default_factory=dict)
+    optional: tuple[str, ...] = ()  # top-level packages no install requires (see the module docstring)
     applied: set[tuple[str, str]] = field(default_factory=set)
 
     def entries(self) -> dict[str, dict[str, tuple[Union[str, Relied], ...]]]:
@@ -121,20 +125,38 @@ def signature_problem(qualified_name: str, target: Any, expected: tuple[str, ...
     return None
 
 
-def find_internal_mismatches(table: InternalsTable, skip_uninstalled: bool = False) -> list[str]:
-    """One line per internal in ``table`` that is missing or whose parameters changed.
+@dataclass(frozen=True)
+class InternalsReport:
+    """What ``check_internals`` found: ``problems``, one line per internal that is missing, cannot be imported
+    or changed its parameters or behaviour; ``absent``, each optional package that is not installed -> the
+    modules whose entries were therefore not checked."""
 
-    skip_uninstalled: modules whose top-level package is not installed are skipped (the doctor on a machine
-    without megatron or vLLM); by default they are reported as not importable.
-    """
-    problems = []
+    problems: list[str]
+    absent: dict[str, list[str]]
+
+
+def uninstalled_optional(error: ImportError, optional: Collection[str]) -> str | None:
+    """The optional package whose absence made an import fail, or None: a failure of what is installed."""
+    if not isinstance(error, ModuleNotFoundError) or not error.name:
+        return None
+    package = error.name.split(".")[0]
+    return package if package in optional and importlib.util.find_spec(package) is None else None
+
+
+def check_internals(table: InternalsTable, optional: Collection[str] = ()) -> InternalsReport:
+    """Every entry of ``table`` against the installed packages; a module that cannot be imported only because
+    one of the ``optional`` packages is not installed is absent, not a problem."""
+    problems: list[str] = []
+    absent: dict[str, list[str]] = {}
     for module_name, attributes in table.items():
-        if skip_uninstalled and importlib.util.find_spec(module_name.split(".")[0]) is None:
-            continue
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
-            problems.append(f"{module_name}: cannot be imported ({error})")
+            package = uninstalled_optional(error, optional)
+            if package is None:
+                problems.append(f"{module_name}: cannot be imported ({error})")
+            else:
+                absent.setdefault(package, []).append(module_name)
             continue
         for path, expected in attributes.items():
             qualified_name = f"{module_name}.{path}"
@@ -151,7 +173,12 @@ def find_internal_mismatches(table: InternalsTable, skip_uninstalled: bool = Fal
                 problem = relied.check(inspect.unwrap(target))
                 if problem is not None:
                     problems.append(f"{qualified_name}: {relied.what}: {problem}")
-    return problems
+    return InternalsReport(problems, absent)
+
+
+def find_internal_mismatches(table: InternalsTable) -> list[str]:
+    """One line per internal in ``table`` that is missing, cannot be imported or whose parameters changed."""
+    return check_internals(table).problems
 
 
 _ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from edge_verl.demo import task
-from edge_verl.demo.run import DemoConfig, build_overrides, collect_metrics, failure_lines, prepare_inputs, summarise
+from edge_verl_lab.demo import task
+from edge_verl_lab.demo.run import DemoConfig, build_overrides, collect_metrics, failure_lines, prepare_inputs, summarise
 
 
 def test_config_rejects_bad_values_naming_the_allowed_ones():
@@ -18,7 +18,7 @@ def test_config_rejects_bad_values_naming_the_allowed_ones():
 
 
 def test_the_vllm_demo_gets_vllm_and_a_model_vllms_cpu_attention_supports(tmp_path):
-    from edge_verl.demo import tiny
+    from edge_verl_lab.demo import tiny
 
     config = DemoConfig(rollout="vllm", out=tmp_path)
     paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet"}
@@ -100,7 +100,7 @@ def test_the_summary_and_plot_skip_a_validation_only_row():
 
 
 def test_a_model_built_for_another_task_or_seed_is_rebuilt(tmp_path):
-    from edge_verl.demo import tiny
+    from edge_verl_lab.demo import tiny
 
     copy = DemoConfig(out=tmp_path, warm_start_steps=1)
     inputs = prepare_inputs(copy)

@@ -1,6 +1,6 @@
 import pytest
 
-from edge_verl.demo.run import DemoConfig, run_demo
+from edge_verl_lab.demo.run import DemoConfig, run_demo
 
 
 @pytest.fixture(scope="session")

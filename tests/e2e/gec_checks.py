@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from edge_verl.algorithms.gec import ORIGINS, REFLECTION_PHRASE, injected_answer_text, strip_end_tokens
-from edge_verl.demo import task
+from edge_verl_lab.demo import task
 
 BRANCHES = ("regenerate", "inject_answer", "replace_solution")  # the order of edge_gec.probabilities
 INJECTED = ("phrase", "answer", "solution")  # the origins GEC wrote (edge_verl.algorithms.gec.NOT_SAMPLED)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edge_verl.demo.run import DemoConfig, prepare_inputs
+from edge_verl_lab.demo.run import DemoConfig, prepare_inputs
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ENGINE_LINE = "edge_verl CPU backend: training engine="

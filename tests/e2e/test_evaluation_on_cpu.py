@@ -10,8 +10,8 @@ import pytest
 
 
 def test_evaluation_end_to_end_on_cpu_with_the_tiny_model(tmp_path):
-    from edge_verl.demo import task
-    from edge_verl.demo.run import DemoConfig, prepare_inputs
+    from edge_verl_lab.demo import task
+    from edge_verl_lab.demo.run import DemoConfig, prepare_inputs
 
     inputs = prepare_inputs(DemoConfig(out=tmp_path / "demo"))
     copy_task = tmp_path / "copy.jsonl"

@@ -23,7 +23,7 @@ statistics are not trivially 1 and 0.
 import pytest
 
 from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE, injected_answer_text
-from edge_verl.demo import task
+from edge_verl_lab.demo import task
 
 from tests.e2e.gec_checks import INJECTED, check_corrected_responses, check_origin_metrics, ground_truth, read_dump
 

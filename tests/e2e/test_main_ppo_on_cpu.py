@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from edge_verl.demo.run import DemoConfig, run_demo
+from edge_verl_lab.demo.run import DemoConfig, run_demo
 from edge_verl.reward.score import GRADER_OUTCOMES
 
 GRADER_KEYS = {f"edge_verl/grader/{outcome}" for outcome in GRADER_OUTCOMES}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from edge_verl.demo.run import DemoConfig, build_overrides
+from edge_verl_lab.demo.run import DemoConfig, build_overrides
 from edge_verl.data import make_row, write_parquet
 from edge_verl.integration.cpu.overrides import cpu_environment
 

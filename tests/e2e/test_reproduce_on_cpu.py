@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_verl.demo import task
-from edge_verl.demo.run import DemoConfig, prepare_inputs
+from edge_verl_lab.demo import task
+from edge_verl_lab.demo.run import DemoConfig, prepare_inputs
 from edge_verl.names import GEC_AGENT_LOOP
 from tests.e2e.recipe_runs import ENGINE_LINE, python_environment, reproduce_command, tiny_reproduce_knobs
 from tests.recipe_dry_run import parse
@@ -77,7 +77,7 @@ def test_one_folder_and_one_checkpoint_per_run(reproduced):
 
 
 def test_training_logged_the_papers_curves_for_every_method(reproduced):
-    from edge_verl.reporting import load_metrics
+    from edge_verl_lab.reporting import load_metrics
 
     for row in ROWS[1:]:
         records = load_metrics(reproduced["out"] / "runs" / f"{row}_seed1")
@@ -97,7 +97,7 @@ EDGE_RECIPE_METRICS = (
 
 
 def test_the_edge_recipe_trained_with_fsdp_and_logged_every_metric_of_its_method(reproduced):
-    from edge_verl.reporting import load_metrics
+    from edge_verl_lab.reporting import load_metrics
 
     edge = load_metrics(reproduced["out"] / "runs" / "edge_1.5b_seed1")
     for metric in EDGE_RECIPE_METRICS:

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from edge_verl.study.config import StudyConfig
-from edge_verl.study.protocol import run_overrides
+from edge_verl_lab.study.config import StudyConfig
+from edge_verl_lab.study.protocol import run_overrides
 from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
 SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]

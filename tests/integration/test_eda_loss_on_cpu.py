@@ -22,7 +22,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.config import FSDPActorConfig
 from verl.workers.utils import losses
 
-from edge_verl.demo.tiny import build_model, build_tokenizer
+from edge_verl_lab.demo.tiny import build_model, build_tokenizer
 from edge_verl import names
 from edge_verl.integration.run import TrainingRun, active_run
 

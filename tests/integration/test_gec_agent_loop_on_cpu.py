@@ -127,7 +127,7 @@ def _make_loop(config, tokenizer):
 def test_the_runs_setup_is_done_once_per_worker_not_once_per_sample(tmp_path, monkeypatch):
     from verl.trainer.ppo import reward
 
-    from edge_verl.demo.tiny import build_tokenizer
+    from edge_verl_lab.demo.tiny import build_tokenizer
 
     tokenizer = build_tokenizer(tmp_path)
     loads = []
@@ -142,7 +142,7 @@ def test_the_runs_setup_is_done_once_per_worker_not_once_per_sample(tmp_path, mo
 
 
 def test_a_gec_row_in_a_run_without_the_switch_is_refused(tmp_path):
-    from edge_verl.demo.tiny import build_tokenizer
+    from edge_verl_lab.demo.tiny import build_tokenizer
 
     with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
         _make_loop(_loop_config(enable=False), build_tokenizer(tmp_path))
@@ -175,7 +175,7 @@ def _budget_loop(tmp_path, response_length, replies=(), train_files=None, model_
     forced unless ``gec`` says otherwise."""
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
-    from edge_verl.demo.tiny import build_tokenizer
+    from edge_verl_lab.demo.tiny import build_tokenizer
     from edge_verl.integration.gec_agent_loop import GecAgentLoop
 
     config = _loop_config()
@@ -275,7 +275,7 @@ def _chat_model_folder(tmp_path):
     lists both end tokens; returns (folder, im_end id, endoftext id)."""
     from transformers import GenerationConfig
 
-    from edge_verl.demo.tiny import build_tokenizer
+    from edge_verl_lab.demo.tiny import build_tokenizer
 
     tokenizer = build_tokenizer(tmp_path)
     im_end, endoftext = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])

@@ -7,7 +7,7 @@ no Ray, no training."""
 
 import pytest
 
-from edge_verl.reproduce.tables import GEPO_PAPER, TABLES
+from edge_verl_lab.reproduce.tables import GEPO_PAPER, TABLES
 from tests.integration.test_recipes_compose_on_cpu import RECIPES, _compose, recipe_overrides
 
 SWEEP = TABLES["gepo_sensitivity"]

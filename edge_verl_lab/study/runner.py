@@ -7,7 +7,7 @@ before it starts), ``train.done.json`` (verl exited 0 with every step logged: it
 once evaluated, ``done.json`` (the run is finished); then ``report.md``, ``report.json`` and ``curves.png``
 (``report``).
 
-``--evaluation exact`` (edge_verl/study/exact_eval.py): every method of a seed trains from one warm-started
+``--evaluation exact`` (edge_verl_lab/study/exact_eval.py): every method of a seed trains from one warm-started
 model (``models/seed<N>/``, built once, its step-0 evaluation ``exact_eval.json`` done once); verl does not
 validate; each run saves its final weights and is evaluated offline (``runs/<run>/exact_eval.json``) under one
 token cap, with samples seeded per problem, so two evaluations of one checkpoint are identical.
@@ -15,7 +15,7 @@ token cap, with samples seeded per problem, so two evaluations of one checkpoint
 An evaluation file records its problems' digest and config: a finished run whose file is another split's
 or config's is evaluated again from its final weights, without training again.
 
-Resumable by the rule ``edge-verl reproduce`` follows (``edge_verl/experiment.py``): a finished run
+Resumable by the rule ``edge-verl reproduce`` follows (``edge_verl_lab/experiment.py``): a finished run
 (``done.json``, same identity) is skipped, and so is a finished training stage (``train.done.json``: the
 run is only evaluated); an interrupted training continues from its last checkpoint when it saved one, and
 otherwise starts again with its old metrics removed (the study saves only the final checkpoint, so in
@@ -35,10 +35,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, TextIO
 
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
-from edge_verl.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
-from edge_verl.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
+from edge_verl_lab.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
+from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)
     BASELINE,
     DEFAULT_METHODS,
     DEFAULT_SEEDS,
@@ -55,7 +55,7 @@ from edge_verl.study.config import (  # noqa: F401  (re-exported: the study's na
     plan,
     run_state,
 )
-from edge_verl.study.report import write_report
+from edge_verl_lab.study.report import write_report
 
 TRAIN_STAGE = "train"
 
@@ -74,7 +74,7 @@ def evaluation_problems(config: StudyConfig) -> dict[str, list[tuple[str, str]]]
 
 def evaluation_is_current(config: StudyConfig, out_file: Path) -> bool:
     """Whether ``out_file`` holds this study's evaluation: its config and, per split, the same problems."""
-    from edge_verl.study.exact_eval import problems_digest
+    from edge_verl_lab.study.exact_eval import problems_digest
 
     recorded = read_record(out_file)
     wanted = {split: problems_digest(problems) for split, problems in evaluation_problems(config).items()}
@@ -86,7 +86,7 @@ def evaluation_is_current(config: StudyConfig, out_file: Path) -> bool:
 def evaluate_model(config: StudyConfig, model_dir: Path, out_file: Path) -> dict:
     """evaluation="exact": ``exact_eval`` of ``model_dir`` on the task's seen and held-out problems, written
     to ``out_file`` as {split: result}."""
-    from edge_verl.study.exact_eval import evaluate_problems
+    from edge_verl_lab.study.exact_eval import evaluate_problems
 
     task = tasks.get_task(config.task)
     result = {split: evaluate_problems(model_dir, problems, config.eval_config(), task.data_source)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from edge_verl.reporting import best_and_last, columns_over_seeds, difference_text, markdown_table, paired_columns, plot_sensitivity, seed_summary
-from edge_verl.reproduce.tables import BENCHMARK_COLUMNS, Row, Table
+from edge_verl_lab.reporting import best_and_last, columns_over_seeds, difference_text, markdown_table, paired_columns, plot_sensitivity, seed_summary
+from edge_verl_lab.reproduce.tables import BENCHMARK_COLUMNS, Row, Table
 
 SWEEP_COLUMN = "Avg"  # a sensitivity point's score: held-out Avg pass@1 (%) of the final checkpoint
 CONFIDENCE = 0.95

@@ -14,7 +14,7 @@ A column names the one metric it reads for each kind of method (``Column.metric_
 JSON says which a run used): e.g. the sampled reward is ``edge_verl/gec/sampled/score_mean`` in a GEC run,
 ``critic/score/mean`` otherwise; a run that did not log the metric its column names stops the report
 (a renamed metric can never be replaced silently by another). Per method: every seed, mean ± sample std, and the paired difference to GRPO over the seeds both
-ran with a 95% Student-t interval (``edge_verl.reporting``, shared with ``edge-verl reproduce``).
+ran with a 95% Student-t interval (``edge_verl_lab.reporting``, shared with ``edge-verl reproduce``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import trained_steps
-from edge_verl.experiment import source_commit
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import trained_steps
+from edge_verl_lab.experiment import source_commit
 from edge_verl.methods import get_method
-from edge_verl.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
-from edge_verl.study.config import (
+from edge_verl_lab.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
+from edge_verl_lab.study.config import (
     BASELINE,
     DONE_FILE,
     EDA_FORM_ROWS,
@@ -44,9 +44,9 @@ from edge_verl.study.config import (
     method_of,
     plan,
 )
-from edge_verl.study.mixture import part_markdown, part_summary, part_values
-from edge_verl.study.protocol import deviation_table
-from edge_verl.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
+from edge_verl_lab.study.mixture import part_markdown, part_summary, part_values
+from edge_verl_lab.study.protocol import deviation_table
+from edge_verl_lab.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
 
 CONFIDENCE = 0.95
 FORMAT = 1
@@ -70,7 +70,7 @@ class Column:
     split: Optional[str] = None
     final: bool = True
     digits: int = 3
-    # evaluation="exact": the statistic of edge_verl/study/exact_eval.py (greedy_acc, sampled_acc, gold_prob)
+    # evaluation="exact": the statistic of edge_verl_lab/study/exact_eval.py (greedy_acc, sampled_acc, gold_prob)
     # on ``split``, of the final weights (``final``) or of the seed's step-0 model.
     exact: Optional[str] = None
     # Only for rows that run EDA in this form (EDA_FORM_ROWS; a method's own rows run the gradient form).
@@ -503,7 +503,7 @@ def _protocol_lines(report: dict) -> list[str]:
     rows = report.get("protocol")
     if not rows:
         return []
-    lines = ["### Protocol against EDGE-GRPO's reference (edge_verl/study/protocol.py)", "",
+    lines = ["### Protocol against EDGE-GRPO's reference (edge_verl_lab/study/protocol.py)", "",
              f"{sum(row['deviates'] for row in rows)} of {len(rows)} settings differ from the reference's; each run trained with the "
              "verl option and value shown (set in its command.txt, or verl's default there for a study recorded before the protocol was an option).", ""]
     lines += markdown_table(["setting", "reference", "this study", "verl override", "why it differs"],

@@ -1,4 +1,4 @@
-"""A study on a mixture (``edge_verl.demo.task.Mixture``, GEPO's setting), task by task: each part's exact
+"""A study on a mixture (``edge_verl_lab.demo.task.Mixture``, GEPO's setting), task by task: each part's exact
 evaluation (its slice of the mixture's problem lists) and its training statistics (the runs' per-source
 metrics, ``edge_verl/by_source/<part's data source>/<stat>``, logged by ``algorithm.edge_metrics.per_source``),
 per run, summarised over seeds, and every method's paired difference to the baseline on each part's held-out
@@ -12,12 +12,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import trained_steps
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import trained_steps
 from edge_verl.methods import get_method
-from edge_verl.reporting import columns_over_seeds, difference_text, holm_adjust, markdown_table
-from edge_verl.study.config import BASELINE, method_of
-from edge_verl.study.verdict import contrast, verdict_text
+from edge_verl_lab.reporting import columns_over_seeds, difference_text, holm_adjust, markdown_table
+from edge_verl_lab.study.config import BASELINE, method_of
+from edge_verl_lab.study.verdict import contrast, verdict_text
 
 BY_SOURCE = "edge_verl/by_source"
 

@@ -5,7 +5,7 @@ leaves the learning rate schedule, warm-up and weight decay at transformers' Tra
 linear decay, no warm-up, weight decay 0). The study runs the reference's value wherever the CPU scale
 allows; every other setting is a named option of ``StudyConfig`` with the reason it differs, and the table a
 report prints is computed here from the SAME verl overrides every run was launched with
-(``edge_verl.demo.run.training_overrides``), so the page cannot describe a protocol the runs did not have
+(``edge_verl_lab.demo.run.training_overrides``), so the page cannot describe a protocol the runs did not have
 (tests/test_results.py also reads each published run's ``command.txt`` against it).
 
 Not in the table: what a method is (edge_verl/methods.py: GEC's probabilities and phrases, EDA's form,
@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import training_overrides
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import training_overrides
 
 if TYPE_CHECKING:
-    from edge_verl.study.config import StudyConfig
+    from edge_verl_lab.study.config import StudyConfig
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ SETTINGS: tuple[Setting, ...] = (
             reason="CPU scale: 2 cores run a ~90k-parameter model for a few dozen steps, not a 1.5B one",
             study=lambda config, overrides: "tiny Qwen2 (~90k parameters, byte tokenizer), warm-started on the task"),
     Setting("training data", "DeepScaleR-Hard-1K / Random-1K (math, 1K problems)", option="task",
-            reason="a task with a verifiable rule, in the collapse regime by construction (edge_verl/demo/task.py), that such a model can learn",
+            reason="a task with a verifiable rule, in the collapse regime by construction (edge_verl_lab/demo/task.py), that such a model can learn",
             study=lambda config, overrides: f"{config.task}: {tasks.get_task(config.task).description}"),
     Setting("loss aggregation", "seq-mean-token-mean", "actor_rollout_ref.actor.loss_agg_mode", "loss_agg_mode"),
     Setting("sampling temperature", "0.6", "actor_rollout_ref.rollout.temperature", "temperature"),

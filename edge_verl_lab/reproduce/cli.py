@@ -1,4 +1,4 @@
-"""Command line of ``edge-verl reproduce`` (wired into edge_verl.cli)."""
+"""Command line of ``edge-verl reproduce`` (wired into edge_verl_lab.cli)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from edge_verl.cli import LAB_COMMANDS
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
-from edge_verl.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
+from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
 
 USAGE = """examples:
   edge-verl reproduce edge_hard_1k --seeds 1 2 3                  # EDGE-GRPO Table 2, FSDP recipes
@@ -94,7 +95,7 @@ def sensitivity_grid(varied: list[tuple[str, Optional[tuple[float, ...]]]]) -> O
 def add_reproduce_parser(commands) -> None:
     parser = commands.add_parser(
         "reproduce",
-        help="run a paper table: each row's recipe per seed, evaluation, table and curves",
+        help=LAB_COMMANDS["reproduce"],
         epilog=USAGE.format(tables=describe_tables()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -127,7 +128,7 @@ def add_reproduce_parser(commands) -> None:
 
 
 def run_reproduce(args: argparse.Namespace, cwd: Optional[Path] = None) -> int:
-    from edge_verl.reproduce.pipeline import EvalSettings, Pipeline, RunCollision, Settings, StageFailed, table_markdown
+    from edge_verl_lab.reproduce.pipeline import EvalSettings, Pipeline, RunCollision, Settings, StageFailed, table_markdown
 
     try:
         if args.vary and args.table != "gepo_sensitivity":

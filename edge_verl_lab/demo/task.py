@@ -93,7 +93,7 @@ class Task:
     # The demo's warm start for this task (DemoConfig.warm_start_steps / warm_start_correct_fraction when not
     # given): supervised steps on the answer format, the gold answer in ``warm_start_correct_fraction`` of the
     # examples and otherwise the task's ``misconception`` (a name in MISCONCEPTIONS; None: a random digit).
-    # Together they set the starting accuracy, measured by edge_verl/study/calibrate.py
+    # Together they set the starting accuracy, measured by edge_verl_lab/study/calibrate.py
     # (``edge-verl study --calibrate``).
     warm_start_steps: int = 50
     warm_start_correct_fraction: float = 1.0
@@ -365,7 +365,7 @@ TASKS: dict[str, Task] = {
              _ADDMOD_TRAIN, _ADDMOD_HELDOUT),
         # A rule (the set of digits of the string, smaller first) that carries to the 3000 held-out strings; the
         # warm start teaches the digits well and the order mostly wrong (gold in 16% of its examples): p0 6.2-9.4%,
-        # 57-69% all-wrong groups at K=8 over seeds 1-4 (measured by edge_verl/study/calibrate.py).
+        # 57-69% all-wrong groups at K=8 over seeds 1-4 (measured by edge_verl_lab/study/calibrate.py).
         Task("pair", "the two digits of a two-digit string, smaller first (warm start: mostly the wrong order)",
              "edge_verl/demo_pair", _PAIR_TRAIN, _PAIR_HELDOUT, warm_start_steps=300, warm_start_correct_fraction=0.16,
              misconception="reversed"),
@@ -394,7 +394,7 @@ DEFAULT_TASK = "copy"
 def get_task(name: str) -> AnyTask:
     task = TASKS.get(name) or MIXTURES.get(name)
     if task is None:
-        raise ValueError(f"task {name!r} is not defined; defined: {', '.join(TASK_NAMES)} (edge_verl/demo/task.py)")
+        raise ValueError(f"task {name!r} is not defined; defined: {', '.join(TASK_NAMES)} (edge_verl_lab/demo/task.py)")
     return task
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from edge_verl.reporting import holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
+from edge_verl_lab.reporting import holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
 
 BASELINE = "grpo"
 # (method, against): EDGE-GRPO's and GEPO's headline claims against GRPO, then GEC's two controls against EDGE

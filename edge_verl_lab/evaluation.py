@@ -223,7 +223,7 @@ recipes) are evaluated. Benchmarks: the EDGE-GRPO suite (AIME24, AMC, MATH-500, 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``scripts/evaluate.py`` / ``python -m edge_verl.evaluation``: see CLI_USAGE."""
+    """``scripts/evaluate.py`` / ``python -m edge_verl_lab.evaluation``: see CLI_USAGE."""
     parser = argparse.ArgumentParser(description=CLI_USAGE.splitlines()[0], epilog=CLI_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="HF folder or hub name, verl run folder, or global_step_N folder")
     parser.add_argument("--benchmarks", nargs="*", default=[*PAPER_EVAL, "aime25"], choices=EVAL_SETS)

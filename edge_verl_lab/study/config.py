@@ -1,5 +1,5 @@
 """What a study is: its options (``StudyConfig``), each run's identity and folder, and the check of every run
-folder before anything runs (``plan``), by the run-folder protocol of ``edge_verl/experiment.py`` shared with
+folder before anything runs (``plan``), by the run-folder protocol of ``edge_verl_lab/experiment.py`` shared with
 ``edge-verl reproduce``. Read by the runner (``runner.py``) and the report (``report.py``), which do not
 import each other's internals.
 """
@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, response_length
-from edge_verl.experiment import changed_keys, read_record
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import DEMO_METHODS, TRAINERS, DemoConfig, response_length
+from edge_verl_lab.experiment import changed_keys, read_record
 from edge_verl.methods import get_method
-from edge_verl.study.exact_eval import EvalConfig
+from edge_verl_lab.study.exact_eval import EvalConfig
 
-# The default study: the methods of the primary contrasts (edge_verl/study/verdict.py): the baseline, EDA
+# The default study: the methods of the primary contrasts (edge_verl_lab/study/verdict.py): the baseline, EDA
 # alone, GEPO, EDGE (EDA + GEC) and GEC's placebo control. The other RL methods run by --methods (e.g. gec,
 # edge_masked, edge_sft_injected; README's study section gives each one's measured time per run).
 DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "edge_placebo")
@@ -31,7 +31,7 @@ IDENTITY_FILE = "study_run.json"
 DONE_FILE = "done.json"
 EVAL_FILE = "exact_eval.json"
 # How a study measures accuracy: "verl" (verl's validation during the run, val-core/*: unseeded, each
-# method under its own response cap) or "exact" (edge_verl/study/exact_eval.py on the seed's warm-started
+# method under its own response cap) or "exact" (edge_verl_lab/study/exact_eval.py on the seed's warm-started
 # model once and on each run's final weights: deterministic, one token cap for every method).
 EVALUATIONS = ("verl", "exact")
 FORMAT = 1  # of the identity: a new format refuses old folders instead of mixing them
@@ -77,7 +77,7 @@ class StudyConfig:
     trainer: str = "v1"
     out: Path = Path("runs/study")
     extra_overrides: tuple[str, ...] = ()
-    # The training protocol (edge_verl/study/protocol.py prints it against EDGE-GRPO's reference): the
+    # The training protocol (edge_verl_lab/study/protocol.py prints it against EDGE-GRPO's reference): the
     # reference's values where the scale allows (loss aggregation, temperature, one update per step, no
     # warm-up, no weight decay), the tiny model's learning rate and the task's GEC continuation budget.
     loss_agg_mode: str = "seq-mean-token-mean"

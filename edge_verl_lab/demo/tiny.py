@@ -99,7 +99,7 @@ def warm_start(
 ):
     """Supervised warm start on the answer format: ``steps`` batches of 32 examples ``draw(rng, 32)`` gives
     ((user message, taught answer) pairs: the gold answer, or a task's misconception or a random digit, as
-    ``edge_verl.demo.task.warm_start_draw`` decides), each trained to write ``answer_format.format(answer)``
+    ``edge_verl_lab.demo.task.warm_start_draw`` decides), each trained to write ``answer_format.format(answer)``
     followed by end-of-turn -- a weak "base model" that RL can improve. The chat template is applied here.
     Returns the final loss."""
     rng = random.Random(seed)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from edge_verl.algorithms.gec import REFLECTION_PHRASE
-from edge_verl.demo import task as tasks
-from edge_verl.demo.run import DemoConfig, build_warm_model, model_recipe
-from edge_verl.study.exact_eval import EvalConfig, GumbelNoise, _grader, _prompt_ids, decode, load_model, problem_seed, sample_completions
+from edge_verl_lab.demo import task as tasks
+from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
+from edge_verl_lab.study.exact_eval import EvalConfig, GumbelNoise, _grader, _prompt_ids, decode, load_model, problem_seed, sample_completions
 
 CALIBRATION_PROBLEMS = 128
 GROUP_SIZE = 8

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_verl.demo import task
+from edge_verl_lab.demo import task
 from edge_verl.integration.cpu.overrides import ROLLOUTS, cpu_environment, cpu_overrides
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
@@ -53,7 +53,7 @@ class DemoConfig:
 
     algorithm: str = "grpo"
     steps: int = 20
-    # The task (edge_verl/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
+    # The task (edge_verl_lab/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
     # mixture "mix" (pair and max in one batch, each under its own data source).
     task: str = task.DEFAULT_TASK
     trainer: str = "v1"
@@ -68,7 +68,7 @@ class DemoConfig:
     lr_warmup_steps: int = 3
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
-    # The training protocol's other knobs (edge_verl/study/protocol.py compares each with EDGE-GRPO's reference;
+    # The training protocol's other knobs (edge_verl_lab/study/protocol.py compares each with EDGE-GRPO's reference;
     # the study sets the reference's values). The demo keeps the values its README numbers were measured with:
     # verl's token-mean loss, sampling at T = 1, two optimizer updates per step (mini-batch = half the prompts),
     # verl's weight decay 0.01.
@@ -178,7 +178,7 @@ def model_recipe(config: DemoConfig) -> dict:
     task, seed, size or warm start) is rebuilt, never reused."""
     the_task = task.get_task(config.task)
     recipe = {
-        "built_by": "edge_verl.demo.tiny",
+        "built_by": "edge_verl.demo.tiny",  # a name every cached model folder records, not this module's path
         "task": config.task,
         "seed": config.seed,
         "warm_start_steps": config.warm_start_steps,
@@ -198,7 +198,7 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
     """Build the tiny model of ``recipe`` (``model_recipe``'s fields) in ``model_dir``: a fresh Qwen2 of that
     seed and size, warm-started on the answer format of the task's training problems only (gold answers, or
     for the recipe's wrong share its misconception); unless the folder already holds that recipe's model."""
-    from edge_verl.demo import tiny  # torch: only here, so that the CLI's parser starts without it
+    from edge_verl_lab.demo import tiny  # torch: only here, so that the CLI's parser starts without it
 
     model_dir = Path(model_dir)
     record = model_dir / tiny.RECORD
@@ -250,7 +250,7 @@ def response_length(config: DemoConfig) -> int:
 
 
 def training_overrides(config: DemoConfig) -> dict[str, str]:
-    """The training protocol as verl keys -> values: what edge_verl/study/protocol.py compares with the
+    """The training protocol as verl keys -> values: what edge_verl_lab/study/protocol.py compares with the
     reference, read from here so that the study's deviation table is the runs' own settings."""
     mini_batch = config.prompts_per_step // config.updates_per_step
     return {

@@ -13,7 +13,7 @@ Stages and where they write (``OUT`` = ``--out``):
   records), PYTHON=this interpreter and verl's file logger pointed at
   ``OUT/runs/<row>_seed<N>/metrics/attempt_<k>.jsonl`` (one file per attempt: a resumed run restarts verl's
   logger); output in ``train.log``; done when verl exits 0 and the final checkpoint has HF weights;
-- ``eval <row> [seed <N>]``: ``python -m edge_verl.evaluation`` on that checkpoint (a base-model row: on the
+- ``eval <row> [seed <N>]``: ``python -m edge_verl_lab.evaluation`` on that checkpoint (a base-model row: on the
   model itself) into ``OUT/runs/<run>/eval/``;
 - ``report``: ``OUT/table.md``, ``OUT/table.json``, ``OUT/curves.png`` (``OUT/sensitivity_<coefficient>.png``).
 
@@ -21,7 +21,7 @@ Before anything runs, a sweep's grid is validated (GepoConfig), and ``check_runs
 folder and a folder whose finished stage belongs to another run (table, row, backend, model, recipe,
 training file, overrides: ``run_identity``). By default a row without a recipe for the backend (SFT on
 Megatron) is left out, and says so; named with ``--rows``, it is an error.
-Resumable by the experiment rule that ``edge-verl study`` follows too (``edge_verl/experiment.py``): a stage
+Resumable by the experiment rule that ``edge-verl study`` follows too (``edge_verl_lab/experiment.py``): a stage
 that finished wrote ``<stage>.done.json`` (with its wall time and the source commit that ran it) and is
 skipped next time (the report when its inputs are unchanged); a re-run of an interrupted training stage
 resumes from its last checkpoint (verl's ``resume_mode=auto``; the recipes' run identity guarantees it is
@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from edge_verl.data import EVAL_SETS, MANIFEST, PAPER_EVAL, RandomSource, prepare
-from edge_verl.experiment import changed_keys, finished_record, last_checkpoint, mark_stage, read_stage
-from edge_verl.reporting import curves_by_step, load_eval_table, load_metrics, metric_series, plot, validation_series
-from edge_verl.reproduce.report import summarize, table_markdown, write_sensitivity_plots
-from edge_verl.reproduce.tables import BACKENDS, CURVES, Row, Table
+from edge_verl_lab.experiment import changed_keys, finished_record, last_checkpoint, mark_stage, read_stage
+from edge_verl_lab.reporting import curves_by_step, load_eval_table, load_metrics, metric_series, plot, validation_series
+from edge_verl_lab.reproduce.report import summarize, table_markdown, write_sensitivity_plots
+from edge_verl_lab.reproduce.tables import BACKENDS, CURVES, Row, Table
 
 # Part of the report's skip test: a new report format redoes the report even when no evaluation changed.
 REPORT_FORMAT = 2
@@ -101,7 +101,7 @@ class RunCollision(ValueError):
 
 @dataclass
 class Settings:
-    """Everything one ``edge-verl reproduce`` invocation needs (see edge_verl.reproduce.cli for the flags).
+    """Everything one ``edge-verl reproduce`` invocation needs (see edge_verl_lab.reproduce.cli for the flags).
 
     env: variables set for every recipe run (the recipes' knobs: TRAIN_BATCH_SIZE, EDGE_VERL_CPU, ...),
     applied after the pipeline's own (``PIPELINE_VARIABLES`` are refused); models: ``--model KEY=PATH``
@@ -294,7 +294,7 @@ def _stream_to(log: Path, command: list[str], env: dict[str, str], cwd: Path) ->
 
 def final_checkpoint(checkpoint_dir: Path) -> tuple[int, Path]:
     """(step, HF weights folder) of a run's latest checkpoint."""
-    from edge_verl.evaluation import resolve_model_dir
+    from edge_verl_lab.evaluation import resolve_model_dir
 
     step = last_checkpoint(checkpoint_dir)
     if step is None:
@@ -384,7 +384,7 @@ class Pipeline:
             model = trained["hf_weights"] if trained else "<final checkpoint of the training stage>"
         else:
             model = settings.model_of(run.row)
-        command = [sys.executable, "-m", "edge_verl.evaluation", "--model", str(model), "--out", str(folder / "eval")]
+        command = [sys.executable, "-m", "edge_verl_lab.evaluation", "--model", str(model), "--out", str(folder / "eval")]
         command += settings.evaluation.arguments()
         if settings.dry_run:
             self.log(f"would run {stage}: {' '.join(command)}")
@@ -444,7 +444,7 @@ class Pipeline:
         return self.report(runs)
 
 
-# --- the table (edge_verl.reproduce.report) ----------------------------------------------------------------
+# --- the table (edge_verl_lab.reproduce.report) ----------------------------------------------------------------
 
 
 def _percentages(eval_table: dict) -> dict[str, float]:
