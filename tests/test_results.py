@@ -237,7 +237,7 @@ def test_a_published_report_is_what_the_report_code_gives_from_its_files(folder)
 
 @pytest.mark.parametrize("folder", STUDIES, ids=lambda path: path.name)
 def test_each_run_trained_with_the_protocol_its_page_prints(folder):
-    # The page's protocol table (edge_verl/study/protocol.py) is computed from the study's options; here each run's
+    # The page's protocol table (edge_verl_lab/study/protocol.py) is computed from the study's options; here each run's
     # own command.txt is read for every verl override the table shows. A study recorded before the protocol was an
     # option set most of these by verl's defaults, not in its commands: for it, the rows its commands did set.
     report = _json(folder / "report.json")

@@ -299,7 +299,7 @@ def test_holm_never_lowers_a_p_value_and_keeps_the_order():
 
 def test_study_calibrate_prints_p0_per_seed_and_runs_nothing_else(tmp_path, capsys, monkeypatch):
     from edge_verl.cli import main
-    from edge_verl.study import calibrate
+    from edge_verl_lab.study import calibrate
 
     # an untrained model babbles to every cap: 16 problems keep its regenerations (8 x 64 tokens each) cheap
     monkeypatch.setattr(calibrate, "CALIBRATION_PROBLEMS", 16)
