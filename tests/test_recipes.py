@@ -6,13 +6,12 @@ every command: tests/integration/test_recipes_compose_on_cpu.py."""
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.methods import get_method, method_overrides
-from edge_verl.recipes import BACKENDS, RECIPES, Recipe, method_keys, recipe_text, shell_word
+from edge_verl.methods import KNOBS, RUN_PARAMETERS, get_method, method_overrides
+from edge_verl.recipes import BACKENDS, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word
 from edge_verl.reproduce.tables import TABLES
 from tests.recipe_dry_run import RECIPES as FOLDER
 from tests.recipe_dry_run import dry_run, python_path_env
@@ -21,9 +20,9 @@ PPO = [recipe for recipe in RECIPES if get_method(recipe.method).estimator is no
 # A fixed log path: the default names the file after the start time.
 LOG = {"VERL_FILE_LOGGER_PATH": "/tmp/edge_verl_recipes_test.jsonl"}
 # The run variables of the recipes set away from their defaults, and the method parameters they stand for.
-RUN_VARIABLES = {"SEED": "7", "EDA_ENTROPY_GRADIENT": "False", "MAX_SAMPLE_LENGTH": "512", "GEC_CONTINUATION_TOKENS": "128",
+ALTERED_VARIABLES = {"SEED": "7", "EDA_ENTROPY_GRADIENT": "False", "MAX_SAMPLE_LENGTH": "512", "GEC_CONTINUATION_TOKENS": "128",
                  "GEPO_SYMMETRIC_ALPHA": "0.3"}
-RUN_PARAMETERS = {"seed": 7, "eda_form": "detached", "first_sample_tokens": 512, "continuation_tokens": 128, "gepo_symmetric_alpha": 0.3}
+ALTERED_PARAMETERS = {"seed": 7, "eda_form": "detached", "first_sample_tokens": 512, "continuation_tokens": 128, "gepo_symmetric_alpha": 0.3}
 DEFAULT_PARAMETERS = {"seed": 42, "eda_form": "gradient", "first_sample_tokens": 1024, "continuation_tokens": 256}
 # What follows from GEC in a recipe besides the method's overrides: its rows, and a response long enough for a
 # correction past the first sample (with the token budgets that hold it).
@@ -52,13 +51,17 @@ def test_the_recipes_the_tables_the_docs_and_ci_run_are_defined():
     assert len(RECIPES) == len({recipe.file_name for recipe in RECIPES}) == 41
 
 
+def test_every_run_parameter_and_training_setup_a_method_may_name_has_its_recipe_definition():
+    assert set(RUN_VARIABLES) == set(RUN_PARAMETERS) and set(TRAINING_SETUPS) == set(KNOBS)
+
+
 def _values(recipe: Recipe, **env) -> dict:
     return dry_run(recipe.file_name, **LOG, **env).values
 
 
 @pytest.mark.parametrize("recipe", PPO, ids=[recipe.file_name for recipe in PPO])
 def test_a_recipe_runs_its_methods_overrides_as_methods_py_defines_them_once_each(recipe):
-    for env, parameters in (({}, DEFAULT_PARAMETERS), (RUN_VARIABLES, RUN_PARAMETERS)):
+    for env, parameters in (({}, DEFAULT_PARAMETERS), (ALTERED_VARIABLES, ALTERED_PARAMETERS)):
         printed = dry_run(recipe.file_name, **LOG, **env)
         expected = method_overrides(recipe.method, **parameters)
         start = printed.overrides.index(expected[0])
