@@ -1,5 +1,6 @@
 """``edge-verl``: the plugin's commands ``doctor`` (installation self-check), ``preflight`` (the plugin's checks on
-verl's composed config, before Ray starts), ``cpu-overrides``, ``method`` and ``method-overrides`` (the
+verl's composed config, before Ray starts), ``cpu-overrides``, ``recipe`` (the recipes,
+written from their definitions, edge_verl/recipes.py), ``method`` and ``method-overrides`` (the
 methods' definitions, edge_verl/methods.py, as the recipes read them) and ``run-identity`` (the recipes' guard
 against resuming another run's checkpoint); and the lab's ``demo`` (a real verl run on CPU), ``study``
 (methods x seeds on a CPU task) and ``reproduce`` (a paper table), which edge_verl_lab/cli.py parses and runs
@@ -49,11 +50,20 @@ def _parser() -> argparse.ArgumentParser:
     overrides.add_argument(
         "--rollout", choices=ROLLOUTS, default="hf", help="the plugin's HF rollout (default) or verl's vLLM rollout"
     )
+    recipe = commands.add_parser(
+        "recipe", help="list the recipes (edge_verl/recipes.py), print one, or write them all from their definitions",
+        description="Every recipes/run_*.sh is written from edge_verl/methods.py (the method's overrides) and "
+        "edge_verl/recipes.py (model, backend, training setup): change those, then `edge-verl recipe --write`.",
+    )
+    recipe.add_argument("name", nargs="?", default=None, help="a recipe's file name (e.g. run_gepo_qwen7b.sh): print its text")
+    recipe.add_argument("--write", action="store_true", help="write every recipe whose file is missing or differs")
+    recipe.add_argument("--check", action="store_true", help="exit 1 when a file is missing, differs or is no recipe's")
+    recipe.add_argument("--dir", type=Path, default=None, help="the recipes folder (default: the checkout's recipes/)")
     method = commands.add_parser(
         "method", help="list the methods (edge_verl/methods.py), or print one method's definition or one field of it"
     )
     method.add_argument("name", nargs="?", default=None, help=f"a method ({', '.join(METHOD_NAMES)}); none: list them all")
-    method.add_argument("--field", choices=METHOD_FIELDS, default=None, help="print only this field's value (the recipes ask for gec)")
+    method.add_argument("--field", choices=METHOD_FIELDS, default=None, help="print only this field's value")
     method_args = commands.add_parser(
         "method-overrides", help="print the verl overrides of a method with this run's parameters, one per line"
     )
@@ -69,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "--gepo-symmetric-alpha", type=float, default=SYMMETRIC_ALPHA,
         help=f"gepo_symmetric: the factor of both sides (default {SYMMETRIC_ALPHA})",
     )
-    method_args.add_argument("--knobs", choices=KNOBS, default=None, help="the recipe's KNOBS: refused unless the method runs with them")
+    method_args.add_argument("--knobs", choices=KNOBS, default=None, help="a training setup: refused unless the method runs with it")
     preflight = commands.add_parser(
         "preflight",
         help="check edge_verl's options and data in verl's composed config before Ray starts; record the run identity",
@@ -85,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     identity = commands.add_parser("run-identity", help="record a run's identity in its checkpoint folder, or check it")
     identity.add_argument("checkpoint_dir", type=Path, help="the run's trainer.default_local_dir")
     for option, text in (
-        ("--method", "the recipe's METHOD"),
+        ("--method", "the run's method (a recipe's METHOD)"),
         ("--model", "model path or hub id"),
         ("--train-file", "training file (must exist: it is identified by its sha256)"),
         ("--backend", "fsdp or megatron"),
@@ -207,6 +217,32 @@ def _method(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipe(args: argparse.Namespace) -> int:
+    from edge_verl.recipes import RECIPES, default_recipes_dir, get_recipe, recipe_text, stale_recipes, write_recipes
+
+    folder = args.dir or default_recipes_dir()
+    if args.name is not None:
+        try:
+            sys.stdout.write(recipe_text(get_recipe(args.name)))
+        except ValueError as error:
+            print(f"edge-verl recipe: {error}", file=sys.stderr)
+            return 2
+        return 0
+    if args.write:
+        for name in write_recipes(folder):
+            print(f"wrote {folder / name}")
+    if args.write or args.check:
+        changed, undefined = stale_recipes(folder)
+        for name in changed:
+            print(f"edge-verl recipe: {folder / name} is missing or differs from its definition (edge-verl recipe --write)", file=sys.stderr)
+        for name in undefined:
+            print(f"edge-verl recipe: {folder / name} is no recipe's: define it in edge_verl/recipes.py, or delete it", file=sys.stderr)
+        return 1 if args.check and (changed or undefined) else 0
+    for recipe in RECIPES:
+        print(f"{recipe.file_name:<56}{recipe.method:<21}{recipe.model:<24}{recipe.backend:<10}{recipe.knobs}")
+    return 0
+
+
 def _method_overrides(args: argparse.Namespace) -> int:
     from edge_verl.methods import get_method, method_overrides
 
@@ -245,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "preflight": _preflight,
         "run-identity": _run_identity,
         "cpu-overrides": _cpu_overrides,
+        "recipe": _recipe,
         "method": _method,
         "method-overrides": _method_overrides,
     }[args.command]  # the lab's commands were handed over above

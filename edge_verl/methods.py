@@ -1,15 +1,16 @@
 """What each training method IS, as data: the verl overrides that make a run EDGE-GRPO, GEPO, one of their
 ablations or a baseline, written once here and read by every launcher. No verl import.
 
-Readers: the recipes (``recipes/lib/common.sh`` asks ``edge-verl method NAME --field gec`` and
-``edge-verl method-overrides NAME ...``), the demo (``edge-verl demo --algorithm NAME``) and
-``edge-verl reproduce`` (a table row names its method, which says which training file it reads).
+Readers: the recipe writer (``edge_verl/recipes.py`` writes each method's overrides into its recipes,
+literally, with ``method_override_parts``), the demo (``edge-verl demo --algorithm NAME``), ``edge-verl
+reproduce`` (a table row names its method, which says which training file it reads) and ``edge-verl
+method-overrides`` (one run's overrides, for a command of your own).
 
 A method fixes its advantage estimator, whether it runs EDA (the ``edge_eda`` estimator) and GEC (and so
 trains on the ``*_gec.parquet`` rows marked ``agent_name=edge_gec``), Force-R, any further fixed Hydra
 options, and the training setups (the recipes' KNOBS) it is run with. What varies per run (the seed, EDA's
 form, GEC's token budgets, GEPO's symmetric factor) is an argument of ``method_overrides``. What a method
-does NOT fix: model, data set, backend and batch sizes (the recipe and common.sh's knobs).
+does NOT fix: model, data set, backend and batch sizes (the recipe's, edge_verl/recipes.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Optional
 from edge_verl.names import EDA_ESTIMATOR, GEC_AGENT_LOOP, GEPO_ESTIMATOR
 
 ESTIMATORS = ("grpo", EDA_ESTIMATOR, GEPO_ESTIMATOR)  # verl's built-in GRPO and the plugin's two
-KNOBS = ("edge", "gepo")  # whose training setup (recipes/lib/common.sh): EDGE-GRPO's or GEPO's
+KNOBS = ("edge", "gepo")  # whose training setup (edge_verl/recipes.py's TRAINING_SETUPS): EDGE-GRPO's or GEPO's
 EDA_FORMS = ("gradient", "detached")  # algorithm.edge_eda.entropy_gradient true / false
 GEC_FILE_SUFFIX = "_gec"  # scripts/prepare_data.py writes train_<set>_gec.parquet next to train_<set>.parquet
 SYMMETRIC_ALPHA = 0.5  # gepo_symmetric: one factor for both sides (GEPO's positive one)
@@ -202,9 +203,26 @@ def method_overrides(
         "continuation_tokens": continuation_tokens,
         "gepo_symmetric_alpha": float(alpha),
     }
-    options = [] if method.estimator is None else [f"algorithm.adv_estimator={method.estimator}"]
-    options += EDA_OPTIONS if method.eda else ()
-    options += GEC_OPTIONS if method.gec else ()
-    options += FORCE_REGENERATE_OPTIONS if method.force_regenerate else ()
-    options += method.options
-    return [option.format(**values) for option in options]
+    return [option.format(**values) for _, options in method_override_parts(name) for option in options]
+
+
+# The parts of a method's overrides, in the order they are given (method_override_parts).
+OVERRIDE_PARTS = ("estimator", "eda", "gec", "force_regenerate", "options")
+
+
+def method_override_parts(name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The overrides of method ``name`` before a run's parameters fill them in, by part: (part, templates)
+    for each of ``OVERRIDE_PARTS`` the method has (none for SFT). A template may name a ``RUN_PARAMETERS``
+    field as ``{field}``; ``method_overrides`` fills them with one run's values, the recipe writer with the
+    recipe's variables."""
+    method = get_method(name)
+    if method.estimator is None:
+        return []
+    parts = [
+        ("estimator", (f"algorithm.adv_estimator={method.estimator}",)),
+        ("eda", EDA_OPTIONS if method.eda else ()),
+        ("gec", GEC_OPTIONS if method.gec else ()),
+        ("force_regenerate", FORCE_REGENERATE_OPTIONS if method.force_regenerate else ()),
+        ("options", method.options),
+    ]
+    return [(part, templates) for part, templates in parts if templates]

@@ -10,12 +10,12 @@ import pytest
 from edge_verl.cli import main
 from edge_verl_lab.demo.run import ALGORITHMS, DemoConfig, build_overrides
 from edge_verl.methods import EDA_FORMS, METHOD_ALIASES, METHOD_NAMES, METHODS, Method, get_method, method_overrides
+from edge_verl.recipes import RECIPES as RECIPE_DEFINITIONS
+from edge_verl.recipes import Recipe
 from edge_verl_lab.reproduce.tables import TABLES
-from tests.recipe_dry_run import RECIPES, python_path_env, recipe_method, recipe_setting
 
 # The recipes' defaults: seed 42, the gradient form, 1024-token first samples, 256-token continuations.
 RUN = {"seed": 42, "eda_form": "gradient", "first_sample_tokens": 1024, "continuation_tokens": 256}
-ALL_RECIPES = sorted(RECIPES.glob("*.sh"))
 GEC_ON = [
     "actor_rollout_ref.rollout.calculate_log_probs=False",
     "+algorithm.edge_gec.enable=True",
@@ -119,13 +119,13 @@ def test_a_definition_that_contradicts_itself_is_refused():
         Method("x", "x", "grpo", knobs=("dapo",))
 
 
-@pytest.mark.parametrize("recipe", ALL_RECIPES, ids=[recipe.stem for recipe in ALL_RECIPES])
-def test_every_recipe_runs_a_defined_method_with_its_knobs_on_its_data_variant(recipe):
-    method = get_method(recipe_method(recipe))
-    assert recipe_setting(recipe, "KNOBS") in method.knobs
-    train_set = next(line for line in recipe.read_text().splitlines() if line.startswith("TRAIN_SET="))
-    assert train_set.endswith("_gec") == method.gec, "a GEC method trains on the *_gec rows, no other method does"
-    assert ("run_sft_recipe" in recipe.read_text()) == (method.estimator is None)
+def test_every_recipe_runs_a_defined_method_with_its_knobs_on_its_data_variant():
+    # (the files are these definitions, byte for byte: tests/test_recipes.py)
+    for recipe in RECIPE_DEFINITIONS:
+        method = get_method(recipe.method)
+        assert recipe.knobs in method.knobs
+        assert recipe.train_file.endswith("_gec.parquet") == method.gec, "a GEC method trains on the *_gec rows, no other method does"
+        assert recipe.train_file.startswith("sft_") == (method.estimator is None)
 
 
 def test_every_gec_method_trains_on_the_gec_file_with_gecs_agent_loop():
@@ -180,19 +180,15 @@ def test_the_cli_refuses_an_unknown_method_and_a_recipe_with_knobs_the_method_do
     assert exit_info.value.code == 2
 
 
-def test_a_recipe_with_an_unknown_method_stops_with_exit_2_naming_the_defined_ones(tmp_path):
-    (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "common.sh").write_text((RECIPES / "lib" / "common.sh").read_text())
-    source = (RECIPES / "run_edge_qwen2.5-math-7b_fsdp.sh").read_text()
-    (tmp_path / "run_bogus.sh").write_text(source.replace("METHOD=edge ", "METHOD=bogus "))
-    completed = subprocess.run(["bash", str(tmp_path / "run_bogus.sh")], capture_output=True, text=True,
-                               env=python_path_env(DRY_RUN="1", PYTHON=sys.executable), timeout=120)
-    assert completed.returncode == 2 and not completed.stdout
-    assert "method 'bogus' is not defined; defined: edge, eda" in completed.stderr
+def test_a_recipe_of_an_unknown_method_or_knobs_the_method_does_not_use_is_refused():
+    with pytest.raises(ValueError, match="method 'bogus' is not defined; defined: edge, eda"):
+        Recipe("bogus", "Qwen/Qwen2.5-Math-7B", "fsdp", "edge")
+    with pytest.raises(ValueError, match="method gepo runs with knobs gepo, not edge"):
+        Recipe("gepo", "Qwen/Qwen2.5-7B", "fsdp", "edge")
 
 
-def test_the_definitions_and_the_recipes_method_commands_import_neither_verl_nor_torch():
-    # Every recipe asks the CLI twice before verl starts: it must stay a fraction of a second.
+def test_the_definitions_and_the_method_commands_import_neither_verl_nor_torch():
+    # A look-up of a definition must stay a fraction of a second.
     code = (
         "import sys; from edge_verl.cli import main; main(['method', 'edge', '--field', 'gec']); "
         "loaded = {'verl', 'torch'} & set(sys.modules); assert not loaded, loaded"

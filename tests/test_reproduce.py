@@ -22,6 +22,7 @@ from edge_verl_lab.reproduce.pipeline import (
     run_folder,
     table_markdown,
 )
+from edge_verl.recipes import get_recipe
 from edge_verl_lab.reproduce.tables import TABLES, Row
 from tests.recipe_dry_run import recipe_method
 
@@ -34,6 +35,7 @@ def test_every_row_has_an_existing_recipe_for_each_backend_it_names_running_the_
             for backend, recipe in row.recipes.items():
                 assert (RECIPES / recipe).exists(), (table.key, row.key, backend, recipe)
                 assert recipe_method(RECIPES / recipe) == row.method, (table.key, row.key, recipe)
+                assert get_recipe(recipe).backend == backend, (table.key, row.key, recipe)
             assert (row.train_set is not None) == row.trains == (row.method is not None)
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 from edge_verl.cli import LAB_COMMANDS
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
+from edge_verl.recipes import default_recipes_dir
 from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
 
 USAGE = """examples:
@@ -48,14 +49,6 @@ def describe_tables() -> str:
             only = "" if set(row.recipes) in (set(), set(BACKENDS)) else f"  ({', '.join(sorted(row.recipes))} only)"
             lines.append(f"    {row.key:<{width}} {shown}{'' if row.trains else '  (evaluated only)'}{only}")
     return "\n".join(lines)
-
-
-def default_recipes_dir() -> Path:
-    """The repository's recipes/ next to the installed package (a checkout), else ./recipes."""
-    import edge_verl
-
-    beside = Path(edge_verl.__file__).resolve().parents[1] / "recipes"
-    return beside if beside.is_dir() else Path("recipes")
 
 
 def _key_value(text: str) -> tuple[str, str]:

@@ -49,7 +49,7 @@ def test_there_are_recipes_for_both_backends():
     assert any("megatron" in name for name in names) and any("fsdp" in name for name in names)
 
 
-PPO_RECIPES = [recipe for recipe in RECIPES if "METHOD=sft " not in recipe.read_text()]
+PPO_RECIPES = [recipe for recipe in RECIPES if get_method(recipe_method(recipe)).estimator is not None]
 SFT_RECIPES = [recipe for recipe in RECIPES if recipe not in PPO_RECIPES]
 
 
