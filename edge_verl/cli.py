@@ -1,5 +1,5 @@
 """``edge-verl``: the plugin's commands ``doctor`` (installation self-check), ``preflight`` (the plugin's checks on
-verl's composed config, before Ray starts), ``cpu-overrides``, ``recipe`` (the recipes,
+verl's composed config, before Ray starts), ``options`` (docs/options.md, from edge_verl/config.py), ``cpu-overrides``, ``recipe`` (the recipes,
 written from their definitions, edge_verl/recipes.py), ``method`` and ``method-overrides`` (the
 methods' definitions, edge_verl/methods.py, as the recipes read them) and ``run-identity`` (the recipes' guard
 against resuming another run's checkpoint); and the lab's ``demo`` (a real verl run on CPU), ``study``
@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
         help=f"gepo_symmetric: the factor of both sides (default {SYMMETRIC_ALPHA})",
     )
     method_args.add_argument("--knobs", choices=KNOBS, default=None, help="a training setup: refused unless the method runs with it")
+    commands.add_parser(
+        "options", help="print docs/options.md: every algorithm.* option of the plugin, its type, default, allowed "
+        "values and description, from edge_verl/config.py",
+    )
     preflight = commands.add_parser(
         "preflight",
         help="check edge_verl's options and data in verl's composed config before Ray starts; record the run identity",
@@ -265,6 +269,13 @@ def _method_overrides(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace) -> int:
+    from edge_verl.options_page import options_markdown
+
+    sys.stdout.write(options_markdown())
+    return 0
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from edge_verl.integration.doctor import run_doctor
 
@@ -284,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "recipe": _recipe,
         "method": _method,
         "method-overrides": _method_overrides,
+        "options": _options,
     }[args.command]  # the lab's commands were handed over above
     return run(args)
 

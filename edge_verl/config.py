@@ -4,13 +4,22 @@ from the papers or their reference code is a named option whose docstring line s
 verl users set these under ``algorithm.edge_eda.*`` / ``algorithm.gepo.*`` (``+algorithm.gepo.alpha_low=0.5``
 on the command line, or without ``+`` through the Hydra config shipped in ``edge_verl/conf/``).
 Errors name the bad key or value and the allowed ones.
+
+Each option is described once, in its class docstring (``name: text``, continued on indented lines), and its
+bounds or allowed values are declared once, on its field (``_option``): validation checks what the field
+declares (``_check_declared``, by the field's type), ``__post_init__`` adds what one field cannot say (a
+list's shape, a relation between two options), and docs/options.md prints both (``option_specs``,
+``edge_verl/options_page.py``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional
+import re
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Mapping, NamedTuple, Optional, get_args, get_origin, get_type_hints
 
 from edge_verl.algorithms.gec import ANSWER_TEMPLATE, INJECTED_LOSSES, REFLECTION_PHRASE
 from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
@@ -35,16 +44,61 @@ def _check_finite(owner: str, name: str, value: Any, low: float | None = None, h
     return float(value)
 
 
-def _check_count(owner: str, name: str, value: Any, optional: bool) -> None:
+def _check_integer(owner: str, name: str, value: Any, low: int | None = None, optional: bool = False) -> None:
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}.{name}={value!r} must be an integer >= 1" + (" or null" if optional else ""))
+    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+        wanted = "an integer" + (f" >= {low}" if low is not None else "") + (" or null" if optional else "")
+        raise ValueError(f"{owner}.{name}={value!r} must be {wanted}")
 
 
 def _check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{owner}.{name}={value!r}; allowed: {list(allowed)}")
+
+
+def _option(default: Any, *, low: float | None = None, high: float | None = None, above: float | None = None,
+            choices: tuple[str, ...] | None = None, reason: str = "") -> Any:
+    """A dataclass field with its declared bounds (a number: ``low <= value <= high``, ``value > above``; an
+    integer: ``value >= low``) or allowed values (a string: ``choices``); ``reason`` says why ``above`` holds."""
+    declared = {"low": low, "high": high, "above": above, "choices": choices, "reason": reason or None}
+    return field(default=default, metadata={key: value for key, value in declared.items() if value is not None})
+
+
+def _field_type(hint: Any) -> tuple[Any, bool]:
+    """(the type, whether null is allowed) of a field's annotation: ``Optional[int]`` -> (int, True)."""
+    arguments = get_args(hint)
+    if type(None) in arguments:
+        (inner,) = [argument for argument in arguments if argument is not type(None)]
+        return inner, True
+    return hint, False
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, tuple[Any, bool]]:
+    return {name: _field_type(hint) for name, hint in get_type_hints(cls).items()}
+
+
+def _check_declared(config: Any, owner: str) -> None:
+    """Check every field of ``config`` against its type and what it declares (``_option``): true or false, a
+    finite number within its bounds, an integer at least its ``low``, one of its ``choices``; null where the
+    type is Optional. Fields of other types (lists, free text) are checked by their class's ``__post_init__``."""
+    for item in fields(config):
+        value, (kind, optional), declared = getattr(config, item.name), _field_types(type(config))[item.name], item.metadata
+        if optional and value is None:
+            continue
+        if kind is bool and not isinstance(value, bool):
+            raise ValueError(f"{owner}.{item.name}={value!r} must be true or false")
+        if kind is float:
+            _check_finite(owner, item.name, value, declared.get("low"), declared.get("high"))
+            above = declared.get("above")
+            if above is not None and not value > above:
+                why = f"{declared['reason']}; it " if "reason" in declared else ""
+                raise ValueError(f"{owner}.{item.name}={value!r} {why}must be > {above}")
+        if kind is int:
+            _check_integer(owner, item.name, value, declared.get("low"), optional)
+        if kind is str and "choices" in declared:
+            _check_choice(owner, item.name, value, declared["choices"])
 
 
 @dataclass(frozen=True)
@@ -65,18 +119,13 @@ class EdaConfig:
         because it changes the actor's loss and costs an entropy forward/backward in every update.
     """
 
-    std_epsilon: float = 1e-4
-    entropy_epsilon: float = 1e-6
+    std_epsilon: float = _option(1e-4, low=0.0)
+    entropy_epsilon: float = _option(1e-6, above=0.0)
     ratio_clamp: Optional[tuple[float, float]] = None
     entropy_gradient: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.entropy_gradient, bool):
-            raise ValueError(f"edge_eda.entropy_gradient={self.entropy_gradient!r} must be true or false")
-        _check_finite("edge_eda", "std_epsilon", self.std_epsilon, low=0.0)
-        _check_finite("edge_eda", "entropy_epsilon", self.entropy_epsilon, low=0.0)
-        if self.entropy_epsilon <= 0:
-            raise ValueError(f"edge_eda.entropy_epsilon={self.entropy_epsilon!r} must be > 0")
+        _check_declared(self, "edge_eda")
         if self.ratio_clamp is not None:
             clamp = tuple(self.ratio_clamp)
             if len(clamp) != 2:
@@ -119,27 +168,20 @@ class GepoConfig:
         "symmetric" (one factor for both: needs alpha_high = alpha_low).
     """
 
-    alpha_low: float = 0.5
-    alpha_high: float = 0.2
-    beta_low: float = 0.2
-    beta_high: float = 0.3
-    gamma: float = 0.01
-    group_entropy: str = "token_pooled"
-    ema_order: str = "update_then_apply"
-    ema_init: str = "first_batch"
-    std_epsilon: float = 1e-6
+    alpha_low: float = _option(0.5, low=0.0, high=1.0)
+    alpha_high: float = _option(0.2, low=0.0, high=1.0)
+    beta_low: float = _option(0.2, low=0.0)
+    beta_high: float = _option(0.3, low=0.0)
+    gamma: float = _option(0.01, above=0.0, high=1.0, reason="would freeze the thresholds forever")
+    group_entropy: str = _option("token_pooled", choices=GROUP_ENTROPY_ESTIMATORS)
+    ema_order: str = _option("update_then_apply", choices=("update_then_apply", "apply_then_update"))
+    ema_init: str = _option("first_batch", choices=GepoThresholds.INITS)
+    std_epsilon: float = _option(1e-6, low=0.0)
     resume_without_state: bool = False
-    ablation: str = "none"
+    ablation: str = _option("none", choices=GEPO_ABLATIONS)
 
     def __post_init__(self) -> None:
-        for name in ("alpha_low", "alpha_high"):
-            _check_finite("gepo", name, getattr(self, name), low=0.0, high=1.0)
-        for name in ("beta_low", "beta_high"):
-            _check_finite("gepo", name, getattr(self, name), low=0.0)
-        _check_finite("gepo", "gamma", self.gamma, low=0.0, high=1.0)
-        if self.gamma == 0:
-            raise ValueError("gepo.gamma=0 would freeze the thresholds forever; it must be in (0, 1]")
-        _check_choice("gepo", "ablation", self.ablation, GEPO_ABLATIONS)
+        _check_declared(self, "gepo")
         if self.ablation == "none" and not self.alpha_high < self.alpha_low:
             raise ValueError(
                 f"gepo.alpha_high={self.alpha_high!r} must be < gepo.alpha_low={self.alpha_low!r}: the paper "
@@ -155,12 +197,6 @@ class GepoConfig:
             raise ValueError(
                 f"gepo.ablation={self.ablation} needs {rule[0]}; got alpha_low={self.alpha_low!r}, alpha_high={self.alpha_high!r}"
             )
-        _check_finite("gepo", "std_epsilon", self.std_epsilon, low=0.0)
-        _check_choice("gepo", "group_entropy", self.group_entropy, GROUP_ENTROPY_ESTIMATORS)
-        _check_choice("gepo", "ema_order", self.ema_order, ("update_then_apply", "apply_then_update"))
-        _check_choice("gepo", "ema_init", self.ema_init, GepoThresholds.INITS)
-        if not isinstance(self.resume_without_state, bool):
-            raise ValueError(f"gepo.resume_without_state={self.resume_without_state!r} must be true or false")
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
@@ -235,26 +271,24 @@ class GecConfig:
     enable: bool = False
     probabilities: tuple[float, float, float] = (0.5, 0.25, 0.25)
     force_regenerate: bool = False
-    scope: str = "every_incorrect"
-    continuation_tokens: int = 256
-    first_sample_tokens: Optional[int] = None
-    max_prompt_tokens: Optional[int] = 256
+    scope: str = _option("every_incorrect", choices=("every_incorrect", "all_wrong_groups"))
+    continuation_tokens: int = _option(256, low=1)
+    first_sample_tokens: Optional[int] = _option(None, low=1)
+    max_prompt_tokens: Optional[int] = _option(256, low=1)
     reflection_phrase: str = REFLECTION_PHRASE
     answer_template: str = ANSWER_TEMPLATE
-    missing_solution: str = "regenerate"
+    missing_solution: str = _option("regenerate", choices=("regenerate", "inject_answer", "skip"))
     correct_threshold: float = 0.5
     seed: int = 42
-    group_timeout_s: float = 600.0
-    injected_loss: str = "surrogate"
-    sft_coef: float = 1.0
-    answer_source: str = "gold"
-    placebo_reward: str = "as_gold"
-    first_attempt: str = "keep"
+    group_timeout_s: float = _option(600.0, low=0.001)
+    injected_loss: str = _option("surrogate", choices=INJECTED_LOSSES)
+    sft_coef: float = _option(1.0, low=0.0)
+    answer_source: str = _option("gold", choices=ANSWER_SOURCES)
+    placebo_reward: str = _option("as_gold", choices=PLACEBO_REWARDS)
+    first_attempt: str = _option("keep", choices=FIRST_ATTEMPTS)
 
     def __post_init__(self) -> None:
-        for name in ("enable", "force_regenerate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"edge_gec.{name}={getattr(self, name)!r} must be true or false")
+        _check_declared(self, "edge_gec")
         probabilities = tuple(self.probabilities)
         if len(probabilities) != 3:
             raise ValueError(f"edge_gec.probabilities={self.probabilities!r} needs 3 values [regenerate, inject_answer, replace_solution]")
@@ -265,31 +299,17 @@ class GecConfig:
         if self.force_regenerate:
             probabilities = (1.0, 0.0, 0.0)
         object.__setattr__(self, "probabilities", tuple(float(p) for p in probabilities))
-        _check_choice("edge_gec", "scope", self.scope, ("every_incorrect", "all_wrong_groups"))
-        _check_choice("edge_gec", "missing_solution", self.missing_solution, ("regenerate", "inject_answer", "skip"))
-        _check_count("edge_gec", "continuation_tokens", self.continuation_tokens, optional=False)
-        _check_count("edge_gec", "first_sample_tokens", self.first_sample_tokens, optional=True)
-        _check_count("edge_gec", "max_prompt_tokens", self.max_prompt_tokens, optional=True)
         if not isinstance(self.reflection_phrase, str) or not self.reflection_phrase:
             raise ValueError("edge_gec.reflection_phrase must be a non-empty string")
         if not isinstance(self.answer_template, str) or "{answer}" not in self.answer_template:
             raise ValueError(f"edge_gec.answer_template={self.answer_template!r} must contain '{{answer}}'")
-        _check_finite("edge_gec", "correct_threshold", self.correct_threshold)
-        _check_finite("edge_gec", "group_timeout_s", self.group_timeout_s, low=0.001)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"edge_gec.seed={self.seed!r} must be an integer")
-        _check_choice("edge_gec", "injected_loss", self.injected_loss, INJECTED_LOSSES)
-        _check_finite("edge_gec", "sft_coef", self.sft_coef, low=0.0)
         if self.injected_loss != "sft" and self.sft_coef != 1.0:
             raise ValueError(f"edge_gec.sft_coef={self.sft_coef!r} is read only with edge_gec.injected_loss=sft")
-        _check_choice("edge_gec", "answer_source", self.answer_source, ANSWER_SOURCES)
-        _check_choice("edge_gec", "placebo_reward", self.placebo_reward, PLACEBO_REWARDS)
         if self.answer_source != "placebo" and self.placebo_reward != PLACEBO_REWARDS[0]:
             raise ValueError(
                 f"edge_gec.placebo_reward={self.placebo_reward!r} is read only with edge_gec.answer_source=placebo "
                 f"(here {self.answer_source!r}): the gold answer is graded as it is; set answer_source=placebo or drop placebo_reward."
             )
-        _check_choice("edge_gec", "first_attempt", self.first_attempt, FIRST_ATTEMPTS)
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":
@@ -318,10 +338,84 @@ class MetricsConfig:
     per_source: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("advantage_stats", "per_source"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"edge_metrics.{name}={getattr(self, name)!r} must be true or false")
+        _check_declared(self, "edge_metrics")
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "MetricsConfig":
         return _from_mapping(cls, values)
+
+
+# --- the options as docs/options.md lists them (edge_verl/options_page.py) ---
+
+
+class OptionSpec(NamedTuple):
+    """One option as docs/options.md lists it: its field name, type, default, the values its field declares
+    (empty: any value of its type; ``__post_init__`` may say more) and its description from the class docstring."""
+
+    name: str
+    type: str
+    default: Any
+    allowed: str
+    doc: str
+
+
+# A docstring line that starts an option's description: "name: text", "a, b: text" or "a / b: text" (see _descriptions).
+_DESCRIPTION = re.compile(r"([a-z_]+(?:(?:, | / )[a-z_]+)*): (.*)")
+
+
+def _descriptions(cls: type) -> dict[str, str]:
+    """Each field's description in ``cls``'s docstring: a line ``name: text`` at the docstring's indentation
+    (or ``a, b: text`` / ``a / b: text`` for several), continued by the more indented lines below it."""
+    found: dict[str, str] = {}
+    names, text = None, []
+    for line in [*inspect.cleandoc(cls.__doc__ or "").splitlines(), ""]:
+        if names is not None and line.startswith(" ") and line.strip():
+            text.append(line.strip())
+            continue
+        if names is not None:
+            found.update(dict.fromkeys(names, " ".join(text)))
+            names = None
+        start = _DESCRIPTION.fullmatch(line)
+        if start is not None:
+            names, text = re.split(r", | / ", start.group(1)), [start.group(2)]
+    return found
+
+
+def _type_text(kind: Any) -> str:
+    if get_origin(kind) is tuple:
+        return "[" + ", ".join(_type_text(argument) for argument in get_args(kind)) + "]"
+    return kind.__name__
+
+
+def _allowed_text(kind: Any, optional: bool, declared: Mapping[str, Any]) -> str:
+    if kind is bool:
+        text = "true, false"
+    elif kind is float:
+        low, high, above = declared.get("low"), declared.get("high"), declared.get("above")
+        if high is None:
+            text = f">= {low}" if low is not None else f"> {above}" if above is not None else "any finite number"
+        else:
+            text = f"[{low}, {high}]" if low is not None else f"({above}, {high}]" if above is not None else f"<= {high}"
+    elif kind is int:
+        text = f">= {declared['low']}" if "low" in declared else "any integer"
+    elif "choices" in declared:
+        text = ", ".join(f"`{choice}`" for choice in declared["choices"])
+    else:
+        return ""
+    return text + (", null" if optional else "")
+
+
+def option_specs(cls: type) -> list[OptionSpec]:
+    """Every field of the config class ``cls`` as docs/options.md lists it, in field order; a field its
+    docstring does not describe is an error."""
+    described = _descriptions(cls)
+    missing = [item.name for item in fields(cls) if item.name not in described]
+    if missing:
+        raise ValueError(f"{cls.__name__}: no description of {missing} in its docstring ('name: text' lines)")
+    specs = []
+    for item in fields(cls):
+        kind, optional = _field_types(cls)[item.name]
+        default = item.default if item.default is not MISSING else item.default_factory()
+        type_text = _type_text(kind) + (" or null" if optional else "")
+        specs.append(OptionSpec(item.name, type_text, default, _allowed_text(kind, optional, item.metadata), described[item.name]))
+    return specs

@@ -49,7 +49,7 @@ def test_the_grid_varies_one_coefficient_at_a_time_and_runs_the_papers_point_onc
     [
         ({"alpha_high": [0.1, 0.6]}, "grid point alpha_high=0.6 is invalid: gepo.alpha_high=0.6 must be < gepo.alpha_low=0.5"),
         ({"alpha_low": [0.2]}, "grid point alpha_low=0.2 is invalid: gepo.alpha_high=0.2 must be < gepo.alpha_low=0.2"),
-        ({"gamma": [0.0]}, "grid point gamma=0.0 is invalid: gepo.gamma=0 would freeze the thresholds"),
+        ({"gamma": [0.0]}, "grid point gamma=0.0 is invalid: gepo.gamma=0.0 would freeze the thresholds"),
         ({"beta_low": [-0.1]}, "grid point beta_low=-0.1 is invalid: gepo.beta_low=-0.1 must be >= 0.0"),
         ({"gamma": [float("nan")]}, "grid point gamma=nan is not a finite number"),
         ({"delta": [1.0]}, r"sensitivity coefficients \['delta'\]; choose from \['alpha_low'"),
