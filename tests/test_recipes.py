@@ -5,6 +5,7 @@ knobs, and FSDP / Megatron twins that differ only in their backend's settings. W
 every command: tests/integration/test_recipes_compose_on_cpu.py."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -43,8 +44,11 @@ def test_every_recipe_file_is_what_its_definition_writes_and_every_file_has_one(
 
 def test_the_recipes_the_tables_the_docs_and_ci_run_are_defined():
     named = {name for table in TABLES.values() for row in table.rows for name in row.recipes.values()}
-    named |= {"run_edge_qwen2.5-math-7b_fsdp.sh", "run_gepo_qwen7b.sh", "run_sft_qwen2.5-math-7b_fsdp.sh",  # README's commands
-              "run_edge-sft-injected_qwen2.5-math-7b_megatron.sh", "run_gepo_qwen3.5-9b_megatron.sh",  # the e2e runs
+    documents = [FOLDER.parent / "README.md", FOLDER.parent / "REPRODUCING.md", *(FOLDER.parent / "docs").glob("*.md")]
+    in_the_docs = {name for path in documents for name in re.findall(r"run_[A-Za-z0-9_.-]+\.sh", path.read_text())}
+    assert {"run_edge_qwen2.5-math-7b_fsdp.sh", "run_gepo_qwen7b.sh", "run_sft_qwen2.5-math-7b_fsdp.sh"} <= in_the_docs
+    named |= in_the_docs  # every recipe the README, docs/ and REPRODUCING.md name by file
+    named |= {"run_edge-sft-injected_qwen2.5-math-7b_megatron.sh", "run_gepo_qwen3.5-9b_megatron.sh",  # the e2e runs
               "run_edge_qwen2.5-math-1.5b_fsdp.sh", "run_gepo-no-high_qwen7b.sh", "run_gepo-no-low_qwen7b.sh",
               "run_gepo-symmetric_qwen7b.sh", "run_cliphigher_qwen2.5-math-7b_fsdp.sh"}
     assert named <= {recipe.file_name for recipe in RECIPES}
