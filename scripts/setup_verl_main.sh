@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A second environment, .venv-verl-main, in which edge-verl runs against a verl source checkout (verl's main
 # branch) instead of the pinned verl 0.9.1; the default .venv is untouched. Used to run the project's suite
-# against verl's next release by hand (README, "verl versions"):
+# against verl's next release by hand (docs/verl-versions.md):
 #   bash scripts/setup_verl_main.sh /path/to/verl      # a checkout, e.g. of upstream/verl/VERL_COMMIT
 #   .venv-verl-main/bin/python -m pytest -m "not e2e"
 # Every other package is the default environment's exact version (pip freeze of .venv, built first when

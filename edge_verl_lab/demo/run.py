@@ -69,7 +69,7 @@ class DemoConfig:
     prompts_per_step: int = 8
     responses_per_prompt: int = 8
     # The training protocol's other knobs (edge_verl_lab/study/protocol.py compares each with EDGE-GRPO's reference;
-    # the study sets the reference's values). The demo keeps the values its README numbers were measured with:
+    # the study sets the reference's values). The demo keeps the values its numbers in docs/cpu.md were measured with:
     # verl's token-mean loss, sampling at T = 1, two optimizer updates per step (mini-batch = half the prompts),
     # verl's weight decay 0.01.
     loss_agg_mode: str = "token-mean"

@@ -336,12 +336,12 @@ def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 
 _PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
-# reflect's warm start (measured by ``edge-verl study --task reflect --calibrate``; README's study section).
+# reflect's warm start (measured by ``edge-verl study --task reflect --calibrate``; docs/study.md).
 REFLECT_WARM_START_STEPS = 300
 REFLECT_GOLD = 0.16
 REFLECT_HABIT = Reflection(rate=0.3, correct=0.4)
 # max's warm-start share of gold answers and the mixture's warm-start length (measured by
-# ``edge-verl study --task mix --calibrate``; README's study section).
+# ``edge-verl study --task mix --calibrate``; docs/study.md).
 MAX_GOLD = 0.5
 MIX_WARM_START_STEPS = 500
 MIX_PART_GOLD = (0.10, 0.5)

@@ -18,7 +18,7 @@ from edge_verl_lab.study.exact_eval import EvalConfig
 
 # The default study: the methods of the primary contrasts (edge_verl_lab/study/verdict.py): the baseline, EDA
 # alone, GEPO, EDGE (EDA + GEC) and GEC's placebo control. The other RL methods run by --methods (e.g. gec,
-# edge_masked, edge_sft_injected; README's study section gives each one's measured time per run).
+# edge_masked, edge_sft_injected; docs/study.md gives each one's measured time per run).
 DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "edge_placebo")
 # Study rows that are a method of edge_verl/methods.py in EDA's other form: the detached one (no entropy
 # gradient) tells whether a divergence of EDA's gradient form (the reference's, the default) comes from the
@@ -60,7 +60,7 @@ class StudyConfig:
     """Options of ``edge-verl study`` (validated in ``__post_init__``; the scale fields are the demo's).
 
     The default scale (5 methods x 4 seeds x 12 steps on pair, the exact evaluation) was chosen to finish in
-    under an hour on 2 idle cores with GRPO past the baseline gate in every seed; README's study section
+    under an hour on 2 idle cores with GRPO past the baseline gate in every seed; docs/study.md
     states the measured time. ``test_freq`` None (evaluation="verl"): validate only before training and at
     the end.
     """

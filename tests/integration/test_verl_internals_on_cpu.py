@@ -13,7 +13,7 @@ pytestmark = pytest.mark.verl
 
 def verl_from_source() -> bool:
     """verl is an editable install of a source checkout (scripts/setup_verl_main.sh: the by-hand run against
-    verl's main branch, README "verl versions"), not a release."""
+    verl's main branch, docs/verl-versions.md), not a release."""
     direct_url = metadata.distribution("verl").read_text("direct_url.json") or ""
     return '"editable": true' in direct_url.replace("'", '"')
 
