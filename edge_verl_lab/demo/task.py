@@ -336,10 +336,15 @@ def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 
 _PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
-# reflect's warm start (measured by ``edge-verl study --task reflect --calibrate``; docs/study.md).
-REFLECT_WARM_START_STEPS = 300
+# reflect's warm start, chosen by ``edge-verl study --task reflect --calibrate`` at the study's T = 0.6 over seeds
+# 1-8 (600 steps; 64-token continuations): p0 0.059-0.193 (median 0.10), all-wrong groups at K=8 0.50-0.73,
+# samples that reflect 0.03-0.27, GEC's regenerate branch right in 0.21-0.57 of the wrong samples (median 0.29).
+# Measured beside it (seeds 1-2 or 1-4): 300 steps with the second answer right in 0.4 of reflections gave p0
+# 0.012-0.034 and regenerate success 0.04-0.06; in 0.6, 300 steps: p0 0.02-0.15, success 0.08-0.48; 0.8: p0
+# 0.08-0.21, success 0.14-0.65. At 300 steps seeds differed more than settings; 600 steps made them agree.
+REFLECT_WARM_START_STEPS = 600
 REFLECT_GOLD = 0.16
-REFLECT_HABIT = Reflection(rate=0.3, correct=0.4)
+REFLECT_HABIT = Reflection(rate=0.3, correct=0.5)
 # max's warm-start share of gold answers and the mixture's warm-start length (measured by
 # ``edge-verl study --task mix --calibrate``; docs/study.md).
 MAX_GOLD = 0.5
