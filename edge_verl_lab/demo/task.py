@@ -337,14 +337,15 @@ def _pair_split() -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
 
 _PAIR_TRAIN, _PAIR_HELDOUT = _pair_split()
 # reflect's warm start, chosen by ``edge-verl study --task reflect --calibrate`` at the study's T = 0.6 over seeds
-# 1-8 (600 steps; 64-token continuations): p0 0.059-0.193 (median 0.10), all-wrong groups at K=8 0.50-0.73,
-# samples that reflect 0.03-0.27, GEC's regenerate branch right in 0.21-0.57 of the wrong samples (median 0.29).
-# Measured beside it (seeds 1-2 or 1-4): 300 steps with the second answer right in 0.4 of reflections gave p0
-# 0.012-0.034 and regenerate success 0.04-0.06; in 0.6, 300 steps: p0 0.02-0.15, success 0.08-0.48; 0.8: p0
-# 0.08-0.21, success 0.14-0.65. At 300 steps seeds differed more than settings; 600 steps made them agree.
+# 1-8 (600 steps; 64-token continuations): p0 0.029-0.121 (median 0.066), all-wrong groups at K=8 0.48-0.86
+# (median 0.66), samples that reflect 0.03-0.14, GEC's regenerate branch right in 0.22-0.42 of the wrong samples
+# (median 0.30). Measured beside it: gold 0.16 with a right second answer in 0.5 of reflections (600 steps, seeds
+# 1-8): p0 0.06-0.19, success 0.21-0.57; at 300 steps, seeds 1-2 or 1-4: a right second answer in 0.4 gave p0
+# 0.012-0.034 and success 0.04-0.06, 0.6 gave p0 0.02-0.15 and success 0.08-0.48, 0.8 gave p0 0.08-0.21 and
+# success 0.14-0.65: at 300 steps seeds differed more than settings; 600 steps made them agree.
 REFLECT_WARM_START_STEPS = 600
-REFLECT_GOLD = 0.16
-REFLECT_HABIT = Reflection(rate=0.3, correct=0.5)
+REFLECT_GOLD = 0.12
+REFLECT_HABIT = Reflection(rate=0.3, correct=0.45)
 # max's warm-start share of gold answers and the mixture's warm-start length (measured by
 # ``edge-verl study --task mix --calibrate``; docs/study.md).
 MAX_GOLD = 0.5
