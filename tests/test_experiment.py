@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from edge_verl import experiment
+from edge_verl_lab import experiment
 from edge_verl_lab.reporting import columns_over_seeds, paired_columns
 from edge_verl_lab.study import runner
 from edge_verl_lab.study.config import DONE_FILE, IDENTITY_FILE, StudyConfig
