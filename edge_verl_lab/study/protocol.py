@@ -112,12 +112,17 @@ def _response_lengths(config: "StudyConfig") -> str:
     return "; ".join(f"{length} ({', '.join(methods)})" for length, methods in sorted(by_length.items(), key=lambda item: int(item[0])))
 
 
+# The one protocol key a method may set for itself: a GEC method's responses get room for a correction.
+PER_METHOD_KEY = "data.max_response_length"
+
+
 def deviation_table(config: "StudyConfig") -> list[dict]:
     """One row per ``SETTINGS`` entry: name, reference, the study's value, the verl override every run carries
     (key=value, from ``training_overrides`` of the study's first run), the option that sets it, whether it
     deviates, and why. Raises ``ValueError`` for a deviation without a reason (a protocol the page could not
     explain) or for one that differs between the study's runs where the study says it does not."""
-    overrides = training_overrides(config.demo_config(config.methods[0], config.seeds[0]))
+    by_method = {method: training_overrides(config.demo_config(method, config.seeds[0])) for method in config.methods}
+    overrides = by_method[config.methods[0]]
     rows = []
     for setting in SETTINGS:
         value = setting.value(config, overrides)
@@ -125,15 +130,16 @@ def deviation_table(config: "StudyConfig") -> list[dict]:
         if deviates and not setting.why():
             raise ValueError(f"protocol: {setting.name} is {value!r} where the reference has {setting.reference!r}, and no reason is "
                              f"recorded; set the option back ({setting.option or setting.key}) or name the deviation in study/protocol.py")
-        if setting.key is not None and setting.key != "data.max_response_length":  # the one setting a GEC method extends
-            for method in config.methods:
-                other = training_overrides(config.demo_config(method, config.seeds[0]))[setting.key]
+        shared = setting.key is not None and setting.key != PER_METHOD_KEY
+        if shared:
+            for method, other_overrides in by_method.items():
+                other = other_overrides[setting.key]
                 if other != overrides[setting.key]:
                     raise ValueError(f"protocol: {setting.key} is {other} for {method} and {overrides[setting.key]} for "
                                      f"{config.methods[0]}: a study's methods share their protocol")
         rows.append({"setting": setting.name, "reference": setting.reference, "study": value, "deviates": deviates,
                      "reason": setting.why() if deviates else "", "option": setting.option,
-                     "override": None if setting.key is None or setting.key == "data.max_response_length" else f"{setting.key}={overrides[setting.key]}"})
+                     "override": f"{setting.key}={overrides[setting.key]}" if shared else None})
     return rows
 
 

@@ -278,7 +278,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     records = finished_records(config) if records is None else records
     columns = columns_for(config.evaluation)
     column_keys = tuple(column.key for column in columns)
-    runs, not_finished = {}, []
+    runs, not_finished, final_heldout = {}, [], {}
     for method, seed in config.runs():
         folder = config.run_folder(method, seed)
         done = folder / DONE_FILE
@@ -289,6 +289,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         if config.evaluation == "exact":
             evaluation = {"final": json.loads((folder / EVAL_FILE).read_text()),
                           "start": json.loads((config.seed_model_folder(seed) / EVAL_FILE).read_text())}
+            final_heldout[config.run_name(method, seed)] = evaluation["final"]["heldout"]
         try:
             entry = run_values(records[config.run_name(method, seed)], task, config.steps, method, columns, evaluation)
         except ValueError as error:
@@ -322,7 +323,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
             if method != BASELINE:
                 found["vs_baseline"] = paired_columns(found["per_seed"], baseline["per_seed"], column_keys, CONFIDENCE)
     low, high = window_of(config.steps)
-    extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs)}
+    extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs, final_heldout)}
     return {
         **extra,
         "protocol": deviation_table(config),
@@ -346,13 +347,14 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     }
 
 
-def completion_summary(config: StudyConfig, runs: dict) -> dict:
+def completion_summary(config: StudyConfig, runs: dict, final_heldout: dict[str, dict]) -> dict:
     """evaluation="exact": {completions: method -> stat -> summary over seeds, of the final models on the held-out
-    problems (``COMPLETION_STATS``), eval_cap, longest_response}; empty for evaluation files that predate the
-    completion statistics."""
+    problems (``COMPLETION_STATS``; ``final_heldout``: run name -> its final evaluation's held-out result, as
+    ``summarize`` read it), eval_cap, longest_response}; empty for evaluation files that predate the completion
+    statistics."""
     per_method: dict[str, dict[str, dict]] = {}
-    for run in runs.values():
-        final = json.loads((config.out / run["folder"] / EVAL_FILE).read_text())["heldout"]
+    for name, run in runs.items():
+        final = final_heldout[name]
         if not all(key in final for key in COMPLETION_STATS):
             return {}
         per_method.setdefault(run["method"], {})[str(run["seed"])] = {key: float(final[key]) for key in COMPLETION_STATS}
