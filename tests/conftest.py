@@ -46,6 +46,18 @@ def serial_prefixes(rootpath: Path) -> tuple[str, ...]:
     return tuple(path.relative_to(rootpath).as_posix() + ("/" if path.is_dir() else "") for path in SERIAL)
 
 
+def pytest_configure(config):
+    # Every process a test starts (Ray's workers, main_ppo, vLLM) keeps its compiled modules, as a study run does
+    # (edge_verl/integration/cpu/overrides.py, keep_bytecode): ~25 s less start-up per verl run where the
+    # machine sets PYTHONDONTWRITEBYTECODE.
+    from edge_verl.integration.cpu.overrides import keep_bytecode
+
+    kept = keep_bytecode(dict(os.environ))
+    for name in set(os.environ) - set(kept):
+        del os.environ[name]
+    os.environ.update(kept)
+
+
 def pytest_runtest_setup(item):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return

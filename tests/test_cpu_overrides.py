@@ -3,7 +3,10 @@
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_environment, cpu_overrides
+import subprocess
+import sys
+
+from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_environment, cpu_overrides, keep_bytecode
 
 
 def keys(overrides):
@@ -41,6 +44,23 @@ def test_the_vllm_rollout_swaps_only_the_rollout_keys(backend):
 def test_the_cpu_environment_sizes_vllms_kv_cache_unless_set():
     assert cpu_environment({})["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert cpu_environment({"VLLM_CPU_KVCACHE_SPACE": "4"})["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_a_run_keeps_its_bytecode_in_a_cache_folder_where_the_caller_forbids_writing_it(tmp_path):
+    assert keep_bytecode({"PATH": "/bin"}) == {"PATH": "/bin"}  # Python already keeps it beside the sources
+    kept = cpu_environment({"PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(tmp_path)})
+    assert "PYTHONDONTWRITEBYTECODE" not in kept and kept["PYTHONPYCACHEPREFIX"] == str(tmp_path / "edge_verl" / "pycache")
+    assert keep_bytecode({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"})["PYTHONPYCACHEPREFIX"] == "/mine"
+    declined = {"PYTHONDONTWRITEBYTECODE": "1", "EDGE_VERL_BYTECODE_CACHE": "0"}
+    assert keep_bytecode(declined) == declined
+    # a process started with it writes the module it imports under the prefix and nothing beside the source
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "probe_module.py").write_text("VALUE = 1\n")
+    env = {**kept, "PYTHONPATH": str(source)}
+    subprocess.run([sys.executable, "-c", "import probe_module"], env=env, check=True)
+    assert not (source / "__pycache__").exists()
+    assert list((tmp_path / "edge_verl" / "pycache").rglob("probe_module*.pyc"))
 
 
 @pytest.mark.parametrize(

@@ -329,7 +329,7 @@ def test_the_gate_passes_only_when_the_baseline_learned_in_every_seed():
         baseline_gate(start, start, start, start, margin=float("nan"))
 
 
-def test_contrasts_are_named_in_advance_and_the_rest_holm_adjusted():
+def test_contrasts_are_named_in_advance_and_each_family_holm_adjusted():
     # edge - grpo = 0.05, 0.07, 0.06 per seed: mean 0.06, sd 0.01; eda - grpo = 0.01, -0.01, 0.0
     values = {
         "grpo": {"1": 0.10, "2": 0.20, "3": 0.30},
@@ -345,17 +345,34 @@ def test_contrasts_are_named_in_advance_and_the_rest_holm_adjusted():
     # MDD = (t(0.975, 2) + t(0.8, 2)) * 0.01 / sqrt 3 = (4.3027 + 1.0607) * 0.005774 = 0.03097
     assert edge["mdd"] == pytest.approx(0.03097, abs=1e-4)
     assert [e["method"] for e in found["further"]] == ["gec", "edge_sft_injected"]
-    assert all(e["p_holm"] >= e["p"] for e in found["further"])
+    # Holm within each family of two: the smaller p doubled, the larger as is (raised to the running max)
+    for family in (found["primary"], found["further"]):
+        low, high = sorted(family, key=lambda e: e["p"])
+        assert low["p_holm"] == pytest.approx(min(1.0, 2 * low["p"])) and high["p_holm"] == pytest.approx(max(high["p"], low["p_holm"]))
+    # edge above grpo in all 3 seeds: sign test 2 * 0.5^3 = 0.25; eda 0.01, -0.01, 0.0: one each way, one tied
+    assert edge["signs"] == {"above": 3, "below": 0, "tied": 0, "p": pytest.approx(0.25)}
+    assert found["primary"][1]["signs"] == {"above": 1, "below": 1, "tied": 1, "p": 1.0}
     assert all((m, a) in PRIMARY_CONTRASTS for m, a in ((e["method"], e["against"]) for e in found["primary"]))
 
 
+@pytest.mark.parametrize("above, below, expected", [(8, 0, 2 / 256), (6, 2, 2 * (1 + 8 + 28) / 256), (4, 4, 1.0), (0, 0, None)])
+def test_the_sign_test_by_hand(above, below, expected):
+    from edge_verl_lab.study.verdict import sign_counts
+
+    per_seed = {str(i): 0.1 for i in range(above)} | {str(100 + i): -0.1 for i in range(below)} | {"tied": 0.0}
+    found = sign_counts(per_seed)
+    assert (found["above"], found["below"], found["tied"]) == (above, below, 1)
+    assert found["p"] == (pytest.approx(expected) if expected is not None else None)
+
+
 def test_no_verdict_without_a_learning_baseline():
-    entry = {"method": "edge", "against": "grpo", "mean": 0.06, "p": 0.001, "mdd": 0.03, "n": 3}
+    # the verdict reads the Holm-adjusted p: a raw p of 0.001 adjusted to 0.4 is no difference
+    entry = {"method": "edge", "against": "grpo", "mean": 0.06, "p": 0.001, "p_holm": 0.001, "mdd": 0.03, "n": 3}
     learned = baseline_gate({"1": 0.1}, {"1": 0.2}, {"1": 0.1}, {"1": 0.2})
     failed = baseline_gate({"1": 0.1}, {"1": 0.1}, {"1": 0.1}, {"1": 0.1})
     assert verdict_text(entry, learned) == "edge above grpo"
     assert verdict_text(entry, failed).startswith("uninformative")
-    assert verdict_text({**entry, "p": 0.4}, learned) == "no difference detected (detectable: |Δ| >= 0.030)"
+    assert verdict_text({**entry, "p_holm": 0.4}, learned) == "no difference detected (detectable: |Δ| >= 0.030)"
 
 
 # --- the misconception warm start and a stale evaluation ------------------------------------------------------

@@ -15,9 +15,9 @@ from typing import Optional, Sequence
 from edge_verl_lab.demo import task as tasks
 from edge_verl_lab.demo.run import trained_steps
 from edge_verl.methods import get_method
-from edge_verl_lab.reporting import columns_over_seeds, difference_text, holm_adjust, markdown_table
+from edge_verl_lab.reporting import columns_over_seeds, holm_adjust, markdown_table
 from edge_verl_lab.study.config import BASELINE, method_of
-from edge_verl_lab.study.verdict import contrast, verdict_text
+from edge_verl_lab.study.verdict import CONTRAST_HEADER, contrast, contrast_cells, verdict_text
 
 BY_SOURCE = "edge_verl/by_source"
 
@@ -105,7 +105,7 @@ def part_summary(the_task: tasks.Mixture, methods: Sequence[str], runs: dict, co
     adjusted = holm_adjust({name: entry["p"] for name, entry in family.items()})
     for name, entry in family.items():
         entry["p_holm"] = adjusted[name]
-        entry["verdict"] = verdict_text(entry, gate, p_key="p_holm")
+        entry["verdict"] = verdict_text(entry, gate)
     return found
 
 
@@ -130,10 +130,6 @@ def part_markdown(report: dict) -> list[str]:
                                 [[method, *(_cell(entry["summary"].get(key)) for key in keys)] for method, entry in part["methods"].items()])
         if part["contrasts"]:
             lines += [""]
-            lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p (Holm)", "verdict"],
-                                    [[f"{entry['method']} − {entry['against']}", difference_text(entry, 3),
-                                      f"{entry['mdd']:.3f}" if entry.get("mdd") is not None else "-",
-                                      f"{entry['p_holm']:.3f}" if entry.get("p_holm") is not None else "-", entry["verdict"]]
-                                     for entry in part["contrasts"]])
+            lines += markdown_table(CONTRAST_HEADER, [contrast_cells(entry) for entry in part["contrasts"]])
         lines += [""]
     return lines

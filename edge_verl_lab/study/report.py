@@ -46,7 +46,7 @@ from edge_verl_lab.study.config import (
 )
 from edge_verl_lab.study.mixture import part_markdown, part_summary, part_values
 from edge_verl_lab.study.protocol import deviation_table
-from edge_verl_lab.study.verdict import GATE_MARGIN, baseline_gate, contrasts, verdict_text
+from edge_verl_lab.study.verdict import CONTRAST_HEADER, GATE_MARGIN, baseline_gate, contrast_cells, contrasts, verdict_text
 
 CONFIDENCE = 0.95
 FORMAT = 1
@@ -384,10 +384,8 @@ def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
                          reward_start, reward_final)
     values = {method: {seed: v[PRIMARY_METRIC] for seed, v in found["per_seed"].items() if PRIMARY_METRIC in v} for method, found in methods.items()}
     found = contrasts(values, list(methods), CONFIDENCE)
-    for entry in found["primary"]:
+    for entry in found["primary"] + found["further"]:
         entry["verdict"] = verdict_text(entry, gate)
-    for entry in found["further"]:
-        entry["verdict"] = verdict_text(entry, gate, p_key="p_holm")
     errors = [run["heldout_sampled_se"] for run in runs.values() if run.get("heldout_sampled_se") is not None]
     task = tasks.get_task(config.task)
     parts = {"parts": part_summary(task, list(methods), runs, CONFIDENCE, gate)} if isinstance(task, tasks.Mixture) else {}
@@ -568,12 +566,6 @@ def _verl_headline(report: dict, low: int, high: int) -> list[str]:
     return lines
 
 
-def _contrast_cells(entry: dict, p_key: str) -> list[str]:
-    """One contrast's table row: name, Δ [interval], MDD, the p-value under ``p_key``, verdict."""
-    def number(value: Optional[float]) -> str:
-        return f"{value:.3f}" if value is not None else "-"
-
-    return [f"{entry['method']} − {entry['against']}", difference_text(entry, 3), number(entry["mdd"]), number(entry[p_key]), entry["verdict"]]
 
 
 def _exact_headline(report: dict) -> list[str]:
@@ -603,13 +595,13 @@ def _exact_headline(report: dict) -> list[str]:
                              "reward (sampled)"], head)
     metric = _BY_KEY[report["primary_metric"]].label
     lines += ["", f"### Primary contrasts (named in advance), {metric}", ""]
-    lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p", "verdict"],
-                            [_contrast_cells(entry, "p") for entry in report["contrasts"]["primary"]])
+    lines += markdown_table(CONTRAST_HEADER, [contrast_cells(entry) for entry in report["contrasts"]["primary"]])
     if report["contrasts"]["further"]:
-        lines += ["", f"### Further contrasts against {baseline} (Holm-adjusted p)", ""]
-        lines += markdown_table(["contrast", "Δ [95% CI]", "MDD (80% power)", "p (Holm)", "verdict"],
-                                [_contrast_cells(entry, "p_holm") for entry in report["contrasts"]["further"]])
-    lines += ["", "MDD: the smallest true difference a paired t-test at 5% detects with 80% power, from the observed paired SD and n.", ""]
+        lines += ["", f"### Further contrasts against {baseline}", ""]
+        lines += markdown_table(CONTRAST_HEADER, [contrast_cells(entry) for entry in report["contrasts"]["further"]])
+    lines += ["", "MDD: the smallest true difference a paired t-test at 5% detects with 80% power, from the observed paired SD and n. "
+              "p (Holm): adjusted within its family (the primary contrasts; the further ones), and what the verdict reads. "
+              "Sign test: exact, two-sided, over the seeds that differ.", ""]
     return lines
 
 

@@ -6,16 +6,18 @@
   no verdicts (the numbers stay, labelled).
 - **Primary contrasts** (``PRIMARY_CONTRASTS``, named before any run): for each, the paired mean difference
   over seeds, its Student-t interval, the two-sided p-value and the minimum detectable difference (MDD) at
-  80% power from the observed paired SD and n. A primary contrast is reported unadjusted; every further
-  contrast (each other method against the baseline) is Holm-adjusted as one family.
+  80% power from the observed paired SD and n, and the sign count (seeds above, below, tied) with its exact
+  two-sided sign-test p. The primary contrasts are one family and every further contrast (each other method
+  against the baseline) another, each Holm-adjusted (``p_holm``); a verdict reads the adjusted p.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from edge_verl_lab.reporting import holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
+from edge_verl_lab.reporting import difference_text, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
 
 BASELINE = "grpo"
 # (method, against): EDGE-GRPO's and GEPO's headline claims against GRPO, then GEC's two controls against EDGE
@@ -59,33 +61,46 @@ def baseline_gate(seen_start: PerSeed, seen_final: PerSeed, reward_start: PerSee
     return GateResult(True, per_seed, f"{BASELINE} learned in all {len(seeds)} seeds (seen accuracy and sampled reward up by >= {margin:g})")
 
 
+def sign_counts(per_seed: PerSeed) -> dict:
+    """How many paired differences are above, below and at 0, and the exact two-sided sign-test p of the
+    nonzero ones (None without any): twice the binomial(n, 1/2) tail of the rarer sign, capped at 1.
+    8 above, 0 below: 2 * 0.5^8 = 0.0078; 6 above, 2 below: 2 * (1 + 8 + 28) / 256 = 0.289."""
+    above = sum(1 for value in per_seed.values() if value > 0)
+    below = sum(1 for value in per_seed.values() if value < 0)
+    n = above + below
+    p = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(above, below) + 1)) / 2**n) if n else None
+    return {"above": above, "below": below, "tied": len(per_seed) - n, "p": p}
+
+
 def contrast(values: Mapping[str, PerSeed], method: str, against: str, confidence: float = 0.95) -> Optional[dict]:
-    """``method - against`` paired by seed: the paired difference's fields, ``p`` and ``mdd`` (None when
-    either method is missing or shares no seed)."""
+    """``method - against`` paired by seed: the paired difference's fields, ``p``, ``mdd`` and ``signs``
+    (``sign_counts``); None when either method is missing or shares no seed."""
     if method not in values or against not in values:
         return None
     difference = paired_difference(values[method], values[against], confidence)
     if difference is None:
         return None
     mdd = minimum_detectable_difference(difference.std, difference.n, confidence, POWER) if difference.std is not None else None
-    return {"method": method, "against": against, **difference.as_dict(), "p": paired_p_value(difference), "mdd": mdd}
+    return {"method": method, "against": against, **difference.as_dict(), "p": paired_p_value(difference), "mdd": mdd,
+            "signs": sign_counts(difference.per_seed)}
 
 
 def contrasts(values: Mapping[str, PerSeed], methods: Sequence[str], confidence: float = 0.95) -> dict[str, list[dict]]:
-    """{primary: [...], further: [...]}: the primary contrasts among ``methods`` (unadjusted), then every other
-    method against the baseline not already primary, with Holm-adjusted p-values (``p_holm``)."""
+    """{primary: [...], further: [...]}: the primary contrasts among ``methods``, then every other method
+    against the baseline not already primary; each list one family, its p-values Holm-adjusted (``p_holm``)."""
     primary = [found for method, against in PRIMARY_CONTRASTS
                if method in methods and against in methods and (found := contrast(values, method, against, confidence))]
     named = set(PRIMARY_CONTRASTS)
     further = [found for method in methods
                if method != BASELINE and (method, BASELINE) not in named and (found := contrast(values, method, BASELINE, confidence))]
-    adjusted = holm_adjust({entry["method"]: entry["p"] for entry in further})
-    for entry in further:
-        entry["p_holm"] = adjusted[entry["method"]]
+    for family in (primary, further):
+        adjusted = holm_adjust({(entry["method"], entry["against"]): entry["p"] for entry in family})
+        for entry in family:
+            entry["p_holm"] = adjusted[entry["method"], entry["against"]]
     return {"primary": primary, "further": further}
 
 
-def verdict_text(entry: dict, gate: GateResult, p_key: str = "p", alpha: float = 0.05) -> str:
+def verdict_text(entry: dict, gate: GateResult, p_key: str = "p_holm", alpha: float = 0.05) -> str:
     """One line per contrast: "uninformative (baseline did not learn)" when the gate failed; else above /
     below when the (adjusted) p is below ``alpha``, or "no difference detected (MDD x)"."""
     if not gate.passed:
@@ -97,3 +112,17 @@ def verdict_text(entry: dict, gate: GateResult, p_key: str = "p", alpha: float =
         return f"{entry['method']} {'above' if entry['mean'] > 0 else 'below'} {entry['against']}"
     mdd = entry.get("mdd")
     return "no difference detected" + (f" (detectable: |Δ| >= {mdd:.3f})" if mdd is not None else "")
+
+
+def contrast_cells(entry: dict) -> list[str]:
+    """One contrast's table row: name, Δ [interval], MDD, p, Holm-adjusted p, signs (sign-test p), verdict."""
+    def number(value: Optional[float]) -> str:
+        return f"{value:.3f}" if value is not None else "-"
+
+    signs = entry.get("signs")
+    sign_cell = f"{signs['above']}↑ {signs['below']}↓" + (f" {signs['tied']}=" if signs["tied"] else "") + f" (p {number(signs['p'])})" if signs else "-"
+    return [f"{entry['method']} − {entry['against']}", difference_text(entry, 3), number(entry["mdd"]), number(entry["p"]),
+            number(entry.get("p_holm")), sign_cell, entry["verdict"]]
+
+
+CONTRAST_HEADER = ["contrast", "Δ [95% CI]", "MDD (80% power)", "p", "p (Holm)", "seeds above/below (sign test)", "verdict"]
