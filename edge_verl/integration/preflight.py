@@ -93,8 +93,38 @@ def check_gec_supported(config: Any) -> GecConfig:
         raise ValueError("edge_gec needs recomputed old log-probs; set algorithm.rollout_correction.bypass_mode=False.")
     if options.first_sample_tokens is not None:
         check_budget(options, int(rollout.response_length))
+    check_token_budgets(config)
     check_placebo_reward(config, options)
     return options
+
+
+def check_token_budgets(config: Any) -> None:
+    """With dynamic batch sizes, each pass packs micro-batches up to a token budget per GPU (times the
+    Ulysses sequence-parallel size), and verl's ``rearrange_micro_batches`` asserts that one whole sequence,
+    prompt + response at the padded length, fits: a GEC run's responses are the longest a corrected response
+    may be (first sample + phrase + continuation, or a whole solution; one that does not fit is skipped). Refuse
+    here, before Ray starts, rather than at the first update after a whole rollout."""
+    actor_rollout_ref = config.actor_rollout_ref
+    passes = (
+        ("actor", "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
+        ("rollout", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
+        ("ref", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu"),
+    )
+    for section, switch, key in passes:
+        part = actor_rollout_ref.get(section, None) or {}
+        if not part.get(switch, False) or part.get(key, None) is None:
+            continue
+        sequence = int(actor_rollout_ref.rollout.prompt_length) + int(actor_rollout_ref.rollout.response_length)
+        # the rollout's old-log-prob pass runs on the actor, under the actor's sequence parallel
+        parallel = int((actor_rollout_ref.actor if section == "rollout" else part).get("ulysses_sequence_parallel_size", 1) or 1)
+        budget = int(part[key]) * parallel
+        if budget < sequence:
+            raise ValueError(
+                f"actor_rollout_ref.{section}.{key}={part[key]}{f' x ulysses_sequence_parallel_size={parallel}' if parallel > 1 else ''} "
+                f"= {budget} tokens cannot hold one GEC-corrected sequence: data.max_prompt_length + data.max_response_length "
+                f"= {sequence} (the response holds the first sample, the reflection phrase and the continuation). Raise "
+                f"{key} to at least {-(-sequence // parallel)}, or set actor_rollout_ref.{section}.{switch}=False."
+            )
 
 
 def check_placebo_reward(config: Any, options: GecConfig) -> None:

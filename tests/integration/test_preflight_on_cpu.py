@@ -68,6 +68,20 @@ MISTAKES = {
         {},
         "= 1280 exceeds actor_rollout_ref.rollout.response_length=512",
     ),
+    # with dynamic batch sizes, the update's token budget must hold one whole sequence: 512 prompt + 512 response
+    "gec_token_budget": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, "actor_rollout_ref.actor.use_dynamic_bsz=True",
+         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1000"],
+        {},
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1000 = 1000 tokens cannot hold one GEC-corrected sequence: "
+        "data.max_prompt_length + data.max_response_length = 1024",
+    ),
+    "gec_log_prob_budget_under_sequence_parallel": (
+        ["algorithm.adv_estimator=grpo", *GEC_ON, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=500", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+        {},
+        "log_prob_max_token_len_per_gpu=500 x ulysses_sequence_parallel_size=2 = 1000 tokens",
+    ),
     # the reviewers' controls are named choices; sft_coef only means something with injected_loss=sft
     "gec_control": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.injected_loss=ignore"], {}, "allowed: ['surrogate', 'masked', 'sft']"),
     "gec_sft_coef": (["algorithm.adv_estimator=grpo", *GEC_ON, "+algorithm.edge_gec.sft_coef=0.5"], {}, "read only with edge_gec.injected_loss=sft"),

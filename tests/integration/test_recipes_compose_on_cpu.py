@@ -66,7 +66,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from edge_verl.integration.preflight import check_run_config
+    from edge_verl.integration.preflight import check_run_config, check_token_budgets
 
     config_name, overrides = recipe_overrides(recipe)
     for override in overrides:
@@ -91,7 +91,12 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     assert run.gec.force_regenerate == method.force_regenerate
     if run.gec_enabled:  # the first sample keeps the paper's 1024; corrections get their full 256 beyond it
         assert (run.gec.first_sample_tokens, run.gec.continuation_tokens) == (1024, 256)
-        assert config.actor_rollout_ref.rollout.response_length >= 1024 + 256 + 31
+        # the longest corrected response: the first sample, the phrase (a byte-level BPE such as Qwen's never needs
+        # more tokens than bytes) and the continuation; a solution longer than the response is skipped, never cut
+        phrase_tokens_at_most = len(run.gec.reflection_phrase.encode())
+        longest = run.gec.first_sample_tokens + phrase_tokens_at_most + run.gec.continuation_tokens
+        assert config.actor_rollout_ref.rollout.response_length >= longest
+        check_token_budgets(config)  # every pass's budget holds a prompt and that response
     else:
         assert config.actor_rollout_ref.rollout.response_length == 1024
 
