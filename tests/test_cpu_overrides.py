@@ -89,3 +89,4 @@ def test_cli_prints_the_set_of_the_config_and_refuses_contradictions(capsys):
     assert capsys.readouterr().out.splitlines() == list(cpu_overrides("fsdp", rollout="vllm"))
     assert main(["cpu-overrides", "--backend", "fsdp", "--config-name", "ppo_megatron_trainer"]) == 2
     assert "contradicts" in capsys.readouterr().err
+

@@ -2,7 +2,8 @@
 
 Switched on explicitly (``EDGE_VERL_CPU=1``, which also sets ``VERL_PLATFORM=cpu``): nothing changes for a
 GPU user who installs the plugin. Collectives use gloo; memory calls that only make sense for an
-accelerator (empty_cache, mem_get_info, ...) are no-ops; verl still schedules its workers on a Ray "GPU"
+accelerator (empty_cache, ...) are no-ops; the memory counters report the process's resident memory
+(``process_memory``), so verl's own ``perf/max_memory_allocated_gb`` is the actor worker's peak; verl still schedules its workers on a Ray "GPU"
 resource, so a CPU run starts Ray with a fake ``num_gpus`` (the demo and the recipes' CPU mode do this).
 """
 
@@ -28,11 +29,11 @@ def _build_device_module() -> types.ModuleType:
     module.empty_cache = lambda: None
     module.ipc_collect = lambda: None
     module.set_per_process_memory_fraction = lambda fraction, device=None: None
-    module.memory_allocated = lambda device=None: 0
-    module.memory_reserved = lambda device=None: 0
-    module.max_memory_allocated = lambda device=None: 0
-    module.max_memory_reserved = lambda device=None: 0
-    module.reset_peak_memory_stats = lambda device=None: None
+    # the process's resident set (VmRSS) and its peak (VmHWM) stand for what an accelerator allocated: on CPU
+    # both include the libraries (~1 GB of torch and verl), which a difference between two runs cancels
+    module.memory_allocated = module.memory_reserved = lambda device=None: process_memory("VmRSS")
+    module.max_memory_allocated = module.max_memory_reserved = lambda device=None: process_memory("VmHWM")
+    module.reset_peak_memory_stats = lambda device=None: reset_peak_memory()
     module.get_device_name = lambda device=None: "CPU"
     module.get_rng_state = lambda device=None: torch.get_rng_state()
     module.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
@@ -45,6 +46,28 @@ def _build_device_module() -> types.ModuleType:
 
     module.mem_get_info = mem_get_info
     return module
+
+
+def process_memory(field: str) -> int:
+    """This process's ``/proc/self/status`` memory field in bytes (``VmRSS``: resident now, ``VmHWM``: its
+    peak since start or ``reset_peak_memory``); 0 where the kernel does not report it."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_memory() -> None:
+    """Start ``VmHWM`` again from the current resident set (Linux >= 4.0: ``clear_refs`` value 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        pass
 
 
 _DEVICE_MODULE = _build_device_module()
