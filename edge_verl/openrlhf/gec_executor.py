@@ -36,6 +36,7 @@ the grader health numbers of the final grading.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import Counter
@@ -140,7 +141,9 @@ class AgentExecutor(AgentExecutorBase):
         (start, end), = output["action_ranges"]
         prompt_ids = list(output["observation_tokens"][:start])
         sampled = list(output["observation_tokens"][start:end])
-        first = grade_response(hf_tokenizer.decode(sampled, skip_special_tokens=True), label, self.reward)
+        # grading (up to its deadline) runs in a thread, as OpenRLHF's own executor grades: on the event loop it
+        # would stall the engine's other requests and the outputs it streams
+        first = await asyncio.to_thread(grade_response, hf_tokenizer.decode(sampled, skip_special_tokens=True), label, self.reward)
         logs = {"edge_verl/gec/eval": 0.0 if training else 1.0, "edge_verl/gec/original_score": float(first["score"])}
         correct = first["score"] > self.gec.correct_threshold
         corrected, decision, group = None, None, [correct]
@@ -162,8 +165,8 @@ class AgentExecutor(AgentExecutorBase):
                 )
         final = first
         if corrected is not None:
-            final = grade_response(
-                hf_tokenizer.decode(corrected.response_ids, skip_special_tokens=True), label, self.reward
+            final = await asyncio.to_thread(
+                grade_response, hf_tokenizer.decode(corrected.response_ids, skip_special_tokens=True), label, self.reward
             )
             output["observation_tokens"] = prompt_ids + corrected.response_ids
             output["action_ranges"] = trained_ranges(

@@ -151,3 +151,36 @@ def test_untranslated_controls_are_refused_by_name(engine, tokenizer):
             engine({"answer_source": "placebo", "placebo_reward": reward}, {}, tokenizer)
     with pytest.raises(ValueError, match="placebo_reward='graded' is read only with edge_gec.answer_source=placebo"):
         engine({"placebo_reward": "graded"}, {}, tokenizer)
+
+
+def test_a_slow_grade_does_not_hold_up_another_request_s_generation_on_the_same_engine(engine, tokenizer, monkeypatch):
+    import threading
+
+    other_generated = threading.Event()
+
+    class SlowerOther(ScriptedLLM):
+        async def generate(self, prompt, params, request_id):
+            async for reply in super().generate(prompt, params, request_id):
+                if "".join(map(chr, prompt["prompt_token_ids"])).endswith(OTHER):
+                    await asyncio.sleep(0.05)  # OTHER's samples come back after PROMPT's are being graded
+                    other_generated.set()
+                yield reply
+
+    actor = engine({"probabilities": [0, 1, 0]}, {PROMPT: ["\\boxed{4}"] * 4, OTHER: ["\\boxed{6}"] * 4}, tokenizer)
+    actor.llm = SlowerOther(tokenizer, {PROMPT: ["\\boxed{4}"] * 4, OTHER: ["\\boxed{6}"] * 4})
+    # the executor's module as OpenRLHF loaded it (the grade it calls is looked up there)
+    executor_globals = type(actor.executor).execute.__globals__
+    waited = []
+    real_grade = executor_globals["grade_response"]
+
+    def slow_grade(response, label, options):
+        # PROMPT's grades wait (up to 10 s) for OTHER's generation: on the event loop they would block it, and it
+        # could only finish once every wait had run out
+        if label == "4":
+            waited.append(other_generated.wait(timeout=10))
+        return real_grade(response, label, options)
+
+    monkeypatch.setitem(executor_globals, "grade_response", slow_grade)
+    first, second = run(actor, tokenizer, [(PROMPT, "4"), (OTHER, "6")])
+    assert waited == [True] * 4, "OTHER's generation finished while PROMPT's grades were in progress"
+    assert [o["reward"] for o in first + second] == [1.0] * 8
