@@ -115,6 +115,11 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
     if len(positions) % n:
         raise ValueError(f"{estimator}: {len(positions)} samples are not whole groups of --rollout.n_samples_per_prompt={n}")
     scores = torch.cat([e.rewards for e in experiences])
+    # OpenRLHF's own group_reward_std (its compute_advantages_and_returns logs it for every estimator): the
+    # unbiased std of each group's rewards after the length penalties, before any clamp
+    by_position = torch.empty_like(scores)
+    by_position[positions] = scores
+    group_reward_std = by_position.reshape(-1, n).std(-1).index_select(0, positions // n) if n > 1 else None
     if args.reward.clip_range:
         scores = scores.clamp(min=args.reward.clip_range[0], max=args.reward.clip_range[1])
     width = max(e.action_mask.shape[1] for e in experiences)
@@ -155,6 +160,8 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
         experience.advantages = result.advantages[rows, : experience.action_mask.shape[1]].clone()
         experience.returns = experience.advantages.clone()
         experience.info["return"] = outcome[rows].clone()
+        if group_reward_std is not None:
+            experience.info["group_reward_std"] = group_reward_std[rows].clone()
         for name, values in per_sample.items():
             experience.info[name] = values[rows].clone()
         experience.kl = None

@@ -282,3 +282,16 @@ def test_any_other_openrlhf_version_is_refused(openrlhf_modules, tmp_path, monke
         estimators.patch_experience_maker(maker_module)
     assert maker_module.RemoteExperienceMaker.compute_advantages_and_returns is original
     assert OPENRLHF_ROOT.is_dir()
+
+
+@pytest.mark.parametrize("estimator", ["gepo", "edge_eda"])
+def test_openrlhfs_own_group_reward_std_is_kept(orl, estimator):
+    # the same shuffled micro-batches through OpenRLHF's own estimator (group_norm) and through the plugin's: the
+    # group_reward_std OpenRLHF logs for every estimator is the same number per sample
+    orl.options({})
+    own = orl.module.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
+    reference = own(orl.make("group_norm"), random_step(orl.Experience, seed=3))
+    ours = orl.make(estimator).compute_advantages_and_returns(random_step(orl.Experience, seed=3))
+    for mine, theirs in zip(ours, reference):
+        torch.testing.assert_close(mine.info["group_reward_std"], theirs.info["group_reward_std"])
+    assert any(float(e.info["group_reward_std"].max()) > 0 for e in ours)
