@@ -222,15 +222,15 @@ def _method(args: argparse.Namespace) -> int:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from edge_verl.recipes import RECIPES, default_recipes_dir, get_recipe, recipe_text, stale_recipes, write_recipes
+    from edge_verl.recipes import RECIPES, default_recipes_dir, recipe_texts, stale_recipes, write_recipes
 
     folder = args.dir or default_recipes_dir()
     if args.name is not None:
-        try:
-            sys.stdout.write(recipe_text(get_recipe(args.name)))
-        except ValueError as error:
-            print(f"edge-verl recipe: {error}", file=sys.stderr)
+        texts = recipe_texts()
+        if args.name not in texts:
+            print(f"edge-verl recipe: no recipe {args.name!r}; defined: {', '.join(texts)}", file=sys.stderr)
             return 2
+        sys.stdout.write(texts[args.name])
         return 0
     if args.write:
         for name in write_recipes(folder):
@@ -242,8 +242,12 @@ def _recipe(args: argparse.Namespace) -> int:
         for name in undefined:
             print(f"edge-verl recipe: {folder / name} is no recipe's: define it in edge_verl/recipes.py, or delete it", file=sys.stderr)
         return 1 if args.check and (changed or undefined) else 0
+    from edge_verl.openrlhf.recipes import MODEL, OPENRLHF_RECIPES
+
     for recipe in RECIPES:
         print(f"{recipe.file_name:<56}{recipe.method:<21}{recipe.model:<24}{recipe.backend:<10}{recipe.knobs}")
+    for recipe in OPENRLHF_RECIPES:
+        print(f"{recipe.file_name:<56}{recipe.method:<21}{MODEL.split('/')[-1]:<24}{'openrlhf':<10}paper")
     return 0
 
 

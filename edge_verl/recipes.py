@@ -676,22 +676,34 @@ def recipe_text(recipe: Recipe) -> str:
     return _sft_text(recipe) if get_method(recipe.method).estimator is None else _ppo_text(recipe)
 
 
+def recipe_texts() -> dict[str, str]:
+    """Every recipe file's path under the recipes folder -> its text: verl's (``RECIPES``), then OpenRLHF's
+    (edge_verl/openrlhf/recipes.py, in ``openrlhf/``)."""
+    from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES, openrlhf_recipe_text
+
+    return {**{recipe.file_name: recipe_text(recipe) for recipe in RECIPES},
+            **{recipe.file_name: openrlhf_recipe_text(recipe) for recipe in OPENRLHF_RECIPES}}
+
+
 def stale_recipes(folder: Path) -> tuple[list[str], list[str]]:
-    """(files to write: missing or different, run_*.sh files in ``folder`` that no recipe defines)."""
+    """(files to write: missing or different, run_*.sh files in ``folder`` (and its openrlhf/) that no recipe
+    defines)."""
     folder = Path(folder)
-    changed = [recipe.file_name for recipe in RECIPES
-               if not (folder / recipe.file_name).exists() or (folder / recipe.file_name).read_text() != recipe_text(recipe)]
-    defined = {recipe.file_name for recipe in RECIPES}
-    undefined = sorted(path.name for path in folder.glob("run_*.sh") if path.name not in defined)
+    texts = recipe_texts()
+    changed = [name for name, text in texts.items() if not (folder / name).exists() or (folder / name).read_text() != text]
+    found = [*folder.glob("run_*.sh"), *folder.glob("openrlhf/run_*.sh")]
+    undefined = sorted(path.relative_to(folder).as_posix() for path in found if path.relative_to(folder).as_posix() not in texts)
     return changed, undefined
 
 
 def write_recipes(folder: Path) -> list[str]:
     """Write every recipe whose file in ``folder`` is missing or differs (executable); returns their names."""
     changed, _ = stale_recipes(folder)
+    texts = recipe_texts()
     for name in changed:
         path = Path(folder) / name
-        path.write_text(recipe_text(get_recipe(name)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(texts[name])
         path.chmod(path.stat().st_mode | 0o111)
     return changed
 
