@@ -14,7 +14,7 @@ from edge_verl.cli import LAB_COMMANDS
 
 def build_parser() -> argparse.ArgumentParser:
     from edge_verl.integration.cpu.overrides import ROLLOUTS
-    from edge_verl_lab.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS
+    from edge_verl_lab.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS, DemoConfig
     from edge_verl_lab.demo.task import DEFAULT_TASK, TASK_NAMES
     from edge_verl_lab.reproduce.cli import add_reproduce_parser
 
@@ -22,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help=LAB_COMMANDS["demo"])
     demo.add_argument(
-        "--algorithm", choices=ALGORITHMS, default="grpo",
-        help="verl's grpo, edge_eda, gepo, or edge (EDA + GEC) (default grpo)",
+        "--algorithm", choices=ALGORITHMS, default=DemoConfig.algorithm,
+        help=f"gepo, edge_eda, edge (EDA + GEC), the controls, or verl's grpo (default {DemoConfig.algorithm})",
     )
     demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     demo.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK,

@@ -39,6 +39,11 @@ SUMMARY_KEYS = (
     ("critic/advantages/min", "adv min"),
     ("actor/entropy", "entropy"),
     ("actor/edge_eda/entropy_grad_share", "EDA H share"),
+    ("edge_verl/gepo/group_entropy_mean", "GEPO H group"),
+    ("edge_verl/gepo/h_low", "GEPO h_low"),
+    ("edge_verl/gepo/h_high", "GEPO h_high"),
+    ("edge_verl/gepo/pos_attenuated_frac", "GEPO pos att"),
+    ("edge_verl/gepo/neg_attenuated_frac", "GEPO neg att"),
 )
 
 
@@ -51,7 +56,9 @@ ROLLOUT_ATTENTION_HEADS = {"hf": 4, "vllm": 2}
 class DemoConfig:
     """Options of ``edge-verl demo`` (all validated in ``__post_init__``)."""
 
-    algorithm: str = "grpo"
+    # GEPO by default: the demo shows the plugin at work (its adaptive thresholds and attenuated advantages in
+    # the summary and the plot); --algorithm grpo is verl's own baseline.
+    algorithm: str = "gepo"
     steps: int = 20
     # The task (edge_verl_lab/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
     # mixture "mix" (pair and max in one batch, each under its own data source).
