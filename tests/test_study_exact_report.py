@@ -228,3 +228,52 @@ def test_the_entropy_terms_gradient_share_is_read_only_where_edas_gradient_form_
     column = {c.key: c for c in study_report.COLUMNS}["entropy_grad_share"]
     assert column.metric_for("eda") == column.metric_for("edge") == "actor/edge_eda/entropy_grad_share"
     assert [column.metric_for(row) for row in ("eda_detached", "edge_detached", "grpo", "gepo")] == [None] * 4
+
+
+def test_each_seed_s_calibration_is_on_the_page_and_travels_with_an_export(tmp_path):
+    from edge_verl_lab.study.calibrate import calibration_config
+    from edge_verl_lab.study.runner import CALIBRATION_FILE
+
+    grpo = {1: 0.10, 2: 0.12, 3: 0.14}
+    final = {(m, s): grpo[s] for m in ("grpo", "edge", "gepo") for s in grpo}
+    config = _write_study(tmp_path / "study", final, {(m, s): 0.12 for m, s in final})
+    measured = {"p0": 0.0625, "all_wrong_group_frac": 0.55, "greedy_acc": 0.0, "reflected_frac": 0.25, "regenerated": 120,
+                "regenerate_success": 0.3, "problems": 128}
+    for seed in (1, 2):  # seed 3 has none: it is left out, not invented
+        calibration = {"config": calibration_config(config.temperature, config.continuation_tokens),
+                       "parts": {"pair": {**measured, "p0": measured["p0"] * seed}}}
+        (config.seed_model_folder(seed) / CALIBRATION_FILE).write_text(json.dumps(calibration))
+    report = study_report.summarize(config)
+    assert sorted(report["calibration"]) == ["1", "2"] and report["calibration"]["2"]["parts"]["pair"]["p0"] == 0.125
+    text = study_report.report_markdown(report)
+    assert "| 1 | pair | 0.062 | 0.55 | 0.250 | 0.300 | 120 |" in text and "| 2 | pair | 0.125 |" in text
+    assert f"K=8 samples at T={config.temperature:g}" in text
+    exported = study_report.export(config, tmp_path / "published")
+    assert exported["calibration"] == report["calibration"]
+
+
+def test_each_method_s_mechanism_is_shown_at_its_first_and_last_step(tmp_path):
+    grpo = {1: 0.10, 2: 0.12, 3: 0.14}
+    final = {(m, s): grpo[s] for m in ("grpo", "edge", "gepo") for s in grpo}
+    config = _write_study(tmp_path, final, {(m, s): 0.12 for m, s in final})
+    # GEPO's h_low moves 0.1 per step from 0.1 * seed; EDGE's injected-token probability from 0.05 to 0.2 in every seed
+    for seed in config.seeds:
+        path = config.run_folder("gepo", seed) / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            row["edge_verl/gepo/h_low"] = 0.1 * seed + 0.1 * (row["step"] - 1)
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        path = config.run_folder("edge", seed) / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            row["edge_verl/gec/old_prob_injected_mean"] = 0.05 * row["step"]
+        rows[-1]["edge_verl/gec/old_prob_injected_mean"] = 0.2
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = study_report.summarize(config)
+    # h_low at step 1: mean of 0.1, 0.2, 0.3 = 0.2; at step 4: 0.5; over all steps: 0.35
+    assert report["mechanisms"]["gepo"]["edge_verl/gepo/h_low"] == pytest.approx({"first": 0.2, "last": 0.5, "mean": 0.35})
+    assert report["mechanisms"]["edge"]["edge_verl/gec/old_prob_injected_mean"] == pytest.approx({"first": 0.05, "last": 0.2, "mean": 0.125})
+    assert "grpo" not in report["mechanisms"]  # it logs none of them
+    text = study_report.report_markdown(report)
+    assert "| gepo | GEPO h_low | 0.200 | 0.500 | 0.350 |" in text
+    assert "| edge | policy's mean probability of the injected tokens | 0.050 | 0.200 | 0.125 |" in text

@@ -101,6 +101,20 @@ def measure_start(model_dir: Path, task_name: str, temperature: float, problems:
             "regenerate_success": statistics.fmean(regenerated) if regenerated else None, "problems": len(chosen)}
 
 
+def seed_calibration(model_dir: Path, task_name: str, temperature: float, continuation_tokens: int) -> dict:
+    """A study seed's warm-started model measured by ``measure_start`` at the study's temperature and GEC
+    continuation: {config, parts: {part name: the ``Calibration`` numbers}} (a task is its own one part)."""
+    parts = {part.name: measure_start(model_dir, part.name, temperature, continuation_tokens=continuation_tokens)
+             for part in tasks.parts(tasks.get_task(task_name))}
+    return {"config": calibration_config(temperature, continuation_tokens), "parts": parts}
+
+
+def calibration_config(temperature: float, continuation_tokens: int) -> dict:
+    """What a seed's calibration file was measured with (a file of another config is measured again)."""
+    return {"temperature": float(temperature), "continuation_tokens": continuation_tokens, "problems": CALIBRATION_PROBLEMS,
+            "group_size": GROUP_SIZE, "regenerate_seed": REGENERATE_SEED}
+
+
 def calibrate(
     task_name: str,
     seeds: Sequence[int],

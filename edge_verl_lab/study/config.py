@@ -30,6 +30,9 @@ DEFAULT_SEEDS = (1, 2, 3, 4)
 IDENTITY_FILE = "study_run.json"
 DONE_FILE = "done.json"
 EVAL_FILE = "exact_eval.json"
+# evaluation="exact": each seed's warm start measured as GRPO's first step samples it (study/calibrate.py): p0,
+# all-wrong groups, the reflection share and GEC's regenerate success, at the study's temperature and continuation.
+CALIBRATION_FILE = "calibration.json"
 # How a study measures accuracy: "verl" (verl's validation during the run, val-core/*: unseeded, each
 # method under its own response cap) or "exact" (edge_verl_lab/study/exact_eval.py on the seed's warm-started
 # model once and on each run's final weights: deterministic, one token cap for every method).

@@ -34,6 +34,7 @@ from edge_verl.methods import get_method
 from edge_verl_lab.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
 from edge_verl_lab.study.config import (
     BASELINE,
+    CALIBRATION_FILE,
     DONE_FILE,
     EDA_FORM_ROWS,
     EVAL_FILE,
@@ -323,7 +324,9 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
             if method != BASELINE:
                 found["vs_baseline"] = paired_columns(found["per_seed"], baseline["per_seed"], column_keys, CONFIDENCE)
     low, high = window_of(config.steps)
-    extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs, final_heldout)}
+    extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs, final_heldout),
+                                                     "calibration": seed_calibrations(config)}
+    extra["mechanisms"] = mechanism_summary(config, runs, records)
     return {
         **extra,
         "protocol": deviation_table(config),
@@ -366,6 +369,84 @@ def sampling_se(per_problem: Sequence[float]) -> Optional[float]:
     """The sampling standard error of an evaluation's mean over problems: per-problem SD / sqrt(n) (what
     re-drawing the per-problem noise would move it by; the same weights and seed always give the same mean)."""
     return statistics.stdev(per_problem) / math.sqrt(len(per_problem)) if len(per_problem) > 1 else None
+
+
+# Did each method's own mechanism move within the study's steps? Per method, the metrics that show it, where
+# its runs log them: GEPO's thresholds and the shares of advantages it attenuated; EDA's entropy ratios (how far
+# it rescales) and, in its gradient form, the entropy term's share of the loss gradient; GEC's corrections, and
+# the policy's probability of the tokens it injected (does the policy come to write them?).
+MECHANISM_METRICS = {
+    "edge_verl/gepo/h_low": "GEPO h_low",
+    "edge_verl/gepo/h_high": "GEPO h_high",
+    "edge_verl/gepo/pos_attenuated_frac": "GEPO positive advantages attenuated",
+    "edge_verl/gepo/neg_attenuated_frac": "GEPO negative advantages attenuated",
+    "edge_verl/edge_eda/entropy_ratio_p1": "EDA entropy ratio p1",
+    "edge_verl/edge_eda/entropy_ratio_p99": "EDA entropy ratio p99",
+    "actor/edge_eda/entropy_grad_share": "EDA entropy term's share of the gradient",
+    "edge_verl/gec/corrected": "GEC responses corrected (a step's count)",
+    "edge_verl/gec/regenerate_became_correct": "GEC regenerations that became correct (a step's count)",
+    "edge_verl/gec/old_prob_injected_mean": "policy's mean probability of the injected tokens",
+    "actor/gec/sampled/grad_share": "GEC: the sampled tokens' share of the gradient",
+}
+
+
+def mechanism_summary(config: StudyConfig, runs: dict, records: dict[str, list[dict]]) -> dict:
+    """method -> metric -> {first, last, mean}: over the method's seeds, the mean of the metric at step 1, at
+    the last step and over all steps (``MECHANISM_METRICS`` its runs log at every step)."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for method in config.methods:
+        names = [name for name in runs if runs[name]["method"] == method]
+        for metric in MECHANISM_METRICS:
+            series = [[float(row[metric]) for row in trained_steps(records[name]) if row.get(metric) is not None] for name in names]
+            if not names or any(len(one) != config.steps for one in series):
+                continue
+            found.setdefault(method, {})[metric] = {"first": statistics.fmean(one[0] for one in series),
+                                                    "last": statistics.fmean(one[-1] for one in series),
+                                                    "mean": statistics.fmean(statistics.fmean(one) for one in series)}
+    return found
+
+
+def _mechanism_lines(report: dict) -> list[str]:
+    """The table of ``mechanism_summary``."""
+    found = report.get("mechanisms") or {}
+    rows = [[method, MECHANISM_METRICS[metric], f"{values['first']:.3f}", f"{values['last']:.3f}", f"{values['mean']:.3f}"]
+            for method, metrics in found.items() for metric, values in metrics.items()]
+    if not rows:
+        return []
+    return ["### Did each method's mechanism move?", "",
+            "Per method, the statistics of its own mechanism (mean over seeds) at the first and the last step and over "
+            "all steps: GEPO's thresholds and the shares it attenuated, EDA's entropy ratios and its entropy term's share "
+            "of the gradient, GEC's corrections and the policy's probability of the tokens it injected.", "",
+            *markdown_table(["method", "statistic", "step 1", "last step", "all steps"], rows), ""]
+
+
+def seed_calibrations(config: StudyConfig) -> dict:
+    """seed -> its warm start's ``CALIBRATION_FILE`` (study/calibrate.py), for the seeds that have one."""
+    found = {}
+    for seed in config.seeds:
+        path = config.seed_model_folder(seed) / CALIBRATION_FILE
+        if path.exists():
+            found[str(seed)] = json.loads(path.read_text())
+    return found
+
+
+def _calibration_lines(report: dict) -> list[str]:
+    """The table of each seed's warm start as GRPO's first step samples it (study/calibrate.py)."""
+    found = report.get("calibration") or {}
+    if not found:
+        return []
+    rows = []
+    for seed, calibration in found.items():
+        for part, measured in calibration["parts"].items():
+            success = measured["regenerate_success"]
+            rows.append([seed, part, f"{measured['p0']:.3f}", f"{measured['all_wrong_group_frac']:.2f}", f"{measured['reflected_frac']:.3f}",
+                         "-" if success is None else f"{success:.3f}", str(measured["regenerated"])])
+    config = next(iter(found.values()))["config"]
+    return [f"Each seed's warm start as GRPO's first step samples it (`edge-verl study --calibrate`, stored per seed): "
+            f"K={config['group_size']} samples at T={config['temperature']:g} on the first {config['problems']} training problems; "
+            f"GEC's regenerate branch run on every wrong sample (the phrase, then up to {config['continuation_tokens']} tokens), "
+            "graded by the reward (its last box).", "",
+            *markdown_table(["seed", "task", "p0", "all-wrong groups", "reflects", "regenerate success", "wrong samples regenerated"], rows), ""]
 
 
 def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
@@ -464,7 +545,9 @@ def report_markdown(report: dict) -> str:
     keys = [column["key"] for column in report["columns"]]
     if study.get("evaluation", "verl") == "exact":
         lines += _exact_headline(report)
+        lines += _calibration_lines(report)
         lines += _completion_lines(report)
+        lines += _mechanism_lines(report)
     else:
         lines += _verl_headline(report, low, high)
     lines += _protocol_lines(report)
@@ -669,10 +752,11 @@ def export(config: StudyConfig, destination: Path) -> dict:
             source = config.run_folder(method, seed) / name
             if source.exists():
                 shutil.copyfile(source, target / name)
-    for seed in config.seeds:  # exact evaluation: each seed's step-0 evaluation (not its model)
-        source = config.seed_model_folder(seed) / EVAL_FILE
-        if source.exists():
-            moved.seed_model_folder(seed).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, moved.seed_model_folder(seed) / EVAL_FILE)
+    for seed in config.seeds:  # exact evaluation: each seed's step-0 evaluation and calibration (not its model)
+        for name in (EVAL_FILE, CALIBRATION_FILE):
+            source = config.seed_model_folder(seed) / name
+            if source.exists():
+                moved.seed_model_folder(seed).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, moved.seed_model_folder(seed) / name)
     plan(moved)  # the copies are the same runs
     return write_report(moved, published_from=str(config.out))

@@ -40,6 +40,7 @@ from edge_verl_lab.demo.run import DemoConfig, build_warm_model, final_weights, 
 from edge_verl_lab.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
 from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)
     BASELINE,
+    CALIBRATION_FILE,
     DEFAULT_METHODS,
     DEFAULT_SEEDS,
     DEFAULT_TASK,
@@ -55,6 +56,7 @@ from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study'
     plan,
     run_state,
 )
+from edge_verl_lab.study.calibrate import calibration_config, seed_calibration
 from edge_verl_lab.study.report import write_report
 
 TRAIN_STAGE = "train"
@@ -109,11 +111,15 @@ def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
 
 
 def prepare_seed(config: StudyConfig, seed: int) -> Path:
-    """evaluation="exact": the seed's warm-started model, built once, and its step-0 evaluation, done once."""
+    """evaluation="exact": the seed's warm-started model, built once, and its step-0 evaluation and
+    calibration (``CALIBRATION_FILE``), each done once (again when its file is another config's)."""
     probe = config.demo_config(config.methods[0], seed)
     folder = build_warm_model(model_recipe(probe), config.seed_model_folder(seed))
     if not evaluation_is_current(config, folder / EVAL_FILE):
         evaluate_model(config, folder, folder / EVAL_FILE)
+    calibration = read_record(folder / CALIBRATION_FILE)
+    if calibration is None or calibration["config"] != calibration_config(config.temperature, config.continuation_tokens):
+        write_record(folder / CALIBRATION_FILE, seed_calibration(folder, config.task, config.temperature, config.continuation_tokens), indent=1)
     return folder
 
 

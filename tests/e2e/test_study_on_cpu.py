@@ -15,7 +15,7 @@ from edge_verl_lab.study.config import StudyConfig
 from edge_verl_lab.study.protocol import run_overrides
 from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
-SMOKE = ["--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]
+SMOKE = ["--task", "pair", "--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]
 
 
 def _study(out, *extra):
@@ -77,6 +77,11 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
     # the seed's step-0 model is the same for both methods: identical step-0 numbers
     assert gepo["values"]["heldout_sampled_start"] == report["runs"]["grpo_seed1"]["values"]["heldout_sampled_start"]
     assert set(report["p0"]) == {"1"} and "passed" in report["gate"]
+    # the seed's warm start measured as GRPO's first step samples it, at the study's temperature (its file and the page)
+    calibration = json.loads((smoke / "models" / "seed1" / "calibration.json").read_text())
+    assert report["calibration"] == {"1": calibration} and calibration["config"]["temperature"] == 0.6
+    measured = calibration["parts"]["pair"]
+    assert 0 <= measured["p0"] <= 1 and measured["problems"] == 128 and measured["regenerated"] > 0
     text = (smoke / "report.md").read_text()
     assert "(1 paired seed: no interval)" in text and "[metrics](runs/gepo_seed1/metrics.jsonl)" in text
     assert "Baseline gate" in text and "Primary contrasts" in text and "### Protocol against EDGE-GRPO's reference" in text
