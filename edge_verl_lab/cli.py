@@ -63,7 +63,7 @@ def _add_study_parser(commands, trainers) -> None:
         "report.json and curves.png (every seed, mean ± std, the paired difference to GRPO with a 95%% interval). "
         "A re-run skips finished runs; a folder holding another run is refused before anything runs.",
     )
-    study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime, learnable by a rule)")
+    study.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK, help=f"the task (default {DEFAULT_TASK}: the collapse regime, learnable by a rule, with a weak reflection habit for GEC)")
     study.add_argument("--methods", nargs="+", choices=STUDY_METHODS, default=list(DEFAULT_METHODS), metavar="METHOD",
                        help=f"methods (edge_verl/methods.py, and eda_detached / edge_detached: EDA's detached form; "
                        f"default {' '.join(DEFAULT_METHODS)})")

@@ -58,11 +58,11 @@ def test_a_deviation_nobody_can_explain_stops_the_report(tmp_path, monkeypatch):
 
 
 def test_the_evaluation_cap_is_the_longest_trained_response_and_samples_at_the_training_temperature(tmp_path):
-    with_gec = StudyConfig(out=tmp_path, methods=("grpo", "edge"))
+    with_gec = StudyConfig(out=tmp_path, task="pair", methods=("grpo", "edge"))
     # pair: 16-token samples; edge's corrections: 16 + 48 (phrase room) + 64 (continuation) = 128
     assert response_length(with_gec.demo_config("edge", 1)) == 128 and with_gec.eval_max_new_tokens == 128
     assert with_gec.eval_config().temperature == 0.6
-    assert StudyConfig(out=tmp_path, methods=("grpo", "gepo")).eval_max_new_tokens == 16
+    assert StudyConfig(out=tmp_path, task="pair", methods=("grpo", "gepo")).eval_max_new_tokens == 16
     assert StudyConfig(out=tmp_path, task="reflect", methods=("grpo", "edge")).eval_max_new_tokens == 64 + 48 + 64
     assert StudyConfig(out=tmp_path, temperature=0.8, eval_temperature=1.0).eval_config().temperature == 1.0
 

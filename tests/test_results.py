@@ -15,11 +15,14 @@ import pytest
 
 from edge_verl.methods import method_overrides
 from edge_verl_lab.study.report import report_markdown, summarize
+from edge_verl_lab.study.config import PROTOCOL_FIELDS
 from edge_verl_lab.study.runner import StudyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-PAGE = RESULTS / "study_pair"
+PAGE = RESULTS / "study_reflect"
+# The earlier default study (pair, 4 seeds, the demo's protocol), kept with its own protocol table.
+PAIR_PAGE = RESULTS / "study_pair"
 MIX_PAGE = RESULTS / "study_mix"
 # The study's own page, which quotes the results page's contrasts; the README only links it, and any contrast it
 # did quote would be checked too.
@@ -32,13 +35,13 @@ MIX_PARTS = {"pair": ("edge_verl/demo_pair", slice(0, 3000), slice(0, 1000)), "m
 STUDIES = sorted(path.parent for path in RESULTS.glob("*/report.json"))
 # Knowledge of the study written out here, independently of edge_verl_lab/study: the methods that correct their
 # responses (their sampled reward is GEC's as-sampled metric, their logged reward the corrected one), the
-# gate's margin, the contrasts named in advance, and Student-t quantiles for n = 4 seeds (df = 3).
+# gate's margin, the contrasts named in advance, and Student-t quantiles for n = 4 and 8 seeds (df = 3, 7).
 GEC_METHODS = {"edge", "edge_detached", "gec", "edge_masked", "edge_placebo", "edge_placebo_graded", "edge_sft_injected",
                "edge_drop_first", "forcer", "forcer_eda"}
 GATE_MARGIN = 0.02
 PRIMARY = [("edge", "grpo"), ("eda", "grpo"), ("gepo", "grpo"), ("edge", "edge_placebo"), ("edge", "edge_masked")]
-T_975 = {3: 3.1824463}
-T_80 = {3: 0.978472}
+T_975 = {3: 3.1824463, 7: 2.3646243}
+T_80 = {3: 0.978472, 7: 0.8960296}
 
 
 def _placebo_reward_as_run(run: Path) -> str | None:
@@ -72,9 +75,9 @@ def _read_page(folder: Path):
     return report, runs, start
 
 
-@pytest.fixture(scope="module")
-def page():
-    return _read_page(PAGE)
+@pytest.fixture(scope="module", params=[PAGE, PAIR_PAGE], ids=lambda path: path.name)
+def page(request):
+    return request.param, _read_page(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -83,25 +86,33 @@ def mix_page():
 
 
 def test_the_default_study_is_published():
-    # the default study, its other rows at one seed, and GEPO's setting (the mixture)
-    assert [path.name for path in STUDIES] == ["controls_pair", MIX_PAGE.name, PAGE.name]
+    # the default study, the earlier pair study (the demo's protocol), its other rows at one seed, and GEPO's setting
+    assert [path.name for path in STUDIES] == ["controls_pair", MIX_PAGE.name, PAIR_PAGE.name, PAGE.name]
     report = _json(PAGE / "report.json")
     default = StudyConfig()
     study = report["study"]
     assert (study["task"], tuple(study["methods"]), tuple(study["seeds"]), study["steps"], study["evaluation"]) == (
         default.task, default.methods, default.seeds, default.steps, default.evaluation), "the page is the default study"
-    # ... of its commit: its placebo arm graded the placebo against the row's gold (today's edge_placebo_graded,
-    # as docs/results/README.md says), where today's default edge_placebo rewards it as gold
+    assert {key: study[key] for key in PROTOCOL_FIELDS} == {key: getattr(default, key) for key in PROTOCOL_FIELDS}
+    assert len(study["seeds"]) >= 8, "every primary contrast has at least 8 seeds"
+    # its placebo is rewarded as its gold twin would be (only the injected content differs from EDGE)
     rewards = {run.name: _placebo_reward_as_run(run) for run in sorted((PAGE / "runs").iterdir())}
     assert {name for name, reward in rewards.items() if reward} == {f"edge_placebo_seed{seed}" for seed in default.seeds}
-    assert set(rewards.values()) == {None, "graded"}
-    assert "+algorithm.edge_gec.placebo_reward=as_gold" in method_overrides("edge_placebo", seed=1, eda_form="gradient", first_sample_tokens=16, continuation_tokens=64)
+    assert set(rewards.values()) == {None, "as_gold"}
     assert report["not_finished"] == [] and len(report["runs"]) == len(default.methods) * len(default.seeds)
     assert all(commit and "modified" not in commit for commit in report["run_commits"]), report["run_commits"]
 
 
+def test_the_earlier_pair_page_graded_its_placebo():
+    # run before edge_gec.placebo_reward existed: its placebo arm graded the placebo against the row's gold (today's
+    # edge_placebo_graded, as docs/results/README.md says), where today's edge_placebo rewards it as gold
+    rewards = {run.name: _placebo_reward_as_run(run) for run in sorted((PAIR_PAGE / "runs").iterdir())}
+    assert set(rewards.values()) == {None, "graded"}
+    assert "+algorithm.edge_gec.placebo_reward=as_gold" in method_overrides("edge_placebo", seed=1, eda_form="gradient", first_sample_tokens=16, continuation_tokens=64)
+
+
 def test_every_run_file_is_the_run_the_page_names(page):
-    report, runs, _ = page
+    _, (report, runs, _) = page
     study = report["study"]
     assert sorted(runs) == sorted(f"{method}_seed{seed}" for method in study["methods"] for seed in study["seeds"])
     for name, run in runs.items():
@@ -125,7 +136,7 @@ def _late_reward(run: dict, steps: int) -> float:
 
 
 def test_each_run_s_numbers_are_its_files(page):
-    report, runs, start = page
+    _, (report, runs, start) = page
     steps = report["study"]["steps"]
     for name, run in runs.items():
         values = report["runs"][name]["values"]
@@ -142,7 +153,7 @@ def test_each_run_s_numbers_are_its_files(page):
 
 
 def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
-    report, runs, start = page
+    folder, (report, runs, start) = page
     steps = report["study"]["steps"]
     by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
     seeds = report["study"]["seeds"]
@@ -152,7 +163,7 @@ def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
             row["critic/score/mean"] for row in by["grpo", seed]["rows"] if row["step"] == 1) >= GATE_MARGIN
         for seed in seeds)
     assert report["gate"]["passed"] is learned
-    text = (PAGE / "report.md").read_text()
+    text = (folder / "report.md").read_text()
     found = {(entry["method"], entry["against"]): entry for entry in report["contrasts"]["primary"]}
     named = [(a, b) for a, b in PRIMARY if (a, seeds[0]) in by and (b, seeds[0]) in by]
     assert sorted(found) == sorted(named)
@@ -165,12 +176,23 @@ def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
         assert entry["interval"] == pytest.approx([mean - half, mean + half], abs=1e-6)
         assert entry["mdd"] == pytest.approx((T_975[n - 1] + T_80[n - 1]) * sd / math.sqrt(n), abs=1e-6)
         assert f"{a} − {b} | {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]" in text
+        # the sign count: seeds above and below, and the exact two-sided sign test over those that differ
+        above, below = sum(d > 0 for d in differences), sum(d < 0 for d in differences)
+        sign_p = min(1.0, 2 * sum(math.comb(above + below, k) for k in range(min(above, below) + 1)) / 2 ** (above + below))
+        assert (entry["signs"]["above"], entry["signs"]["below"]) == (above, below) and entry["signs"]["p"] == pytest.approx(sign_p)
+    # Holm within the primary family: the k-th smallest of m p-values times m - k + 1, made monotone
+    ordered = sorted(found.values(), key=lambda entry: entry["p"])
+    running = 0.0
+    for rank, entry in enumerate(ordered):
+        running = max(running, min(1.0, entry["p"] * (len(ordered) - rank)))
+        assert entry["p_holm"] == pytest.approx(running, abs=1e-12)
+        assert entry["verdict"] != "no difference detected" or entry["p_holm"] >= 0.05
 
 
-def test_the_study_doc_quotes_the_page(page):
+def test_the_study_doc_quotes_the_page():
     """Every contrast docs/study.md, the results page and the README quote (`a − b: Δ +0.123 [-0.010, +0.256]`)
-    is the report's."""
-    report, _, _ = page
+    is the default page's report's."""
+    report, _, _ = _read_page(PAGE)
     found = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
     quoted = {}
     for document in QUOTING:
@@ -264,3 +286,39 @@ def test_each_run_trained_with_the_protocol_its_page_prints(folder):
         rows = {row["setting"]: row for row in report["protocol"]}
         for setting in ("loss aggregation", "sampling temperature", "optimizer updates per step"):
             assert not rows[setting]["deviates"] or rows[setting]["reason"], setting
+
+
+def _command_value(run: Path, key: str) -> str:
+    """The last value ``key`` takes in a run's verl command (Hydra keeps the last)."""
+    values = [part.strip().split("=", 1)[1] for part in (run / "command.txt").read_text().split(" \\\n") if part.strip().startswith(f"{key}=")]
+    return values[-1]
+
+
+def test_the_evaluation_cap_holds_every_arm_s_longest_response_and_its_completion_table_is_the_files():
+    report, runs, _ = _read_page(PAGE)
+    cap = report["study"]["eval_max_new_tokens"]
+    longest = max(int(_command_value(PAGE / "runs" / name, "data.max_response_length")) for name in runs)
+    assert cap >= longest and report["eval_cap"] == cap and report["longest_response"] == longest
+    text = (PAGE / "report.md").read_text()
+    for method in report["study"]["methods"]:
+        mine = [run["eval"]["heldout"]["per_problem"] for run in runs.values() if run["identity"]["method"] == method]
+        means = {}
+        for stat, per_problem in (("sampled_acc", "sampled"), ("sampled_first_acc", "sampled_first"), ("sampled_capped_frac", "sampled_capped"),
+                                  ("greedy_acc", "greedy"), ("greedy_first_acc", "greedy_first"), ("sampled_length", "sampled_length")):
+            means[stat] = statistics.fmean(statistics.fmean(found[per_problem]) for found in mine)
+            assert report["completions"][method][stat]["mean"] == pytest.approx(means[stat], abs=1e-12), (method, stat)
+        row = next(line for line in text.splitlines() if line.startswith(f"| {method} | {means['sampled_acc']:.3f}"))
+        assert f"| {means['sampled_first_acc']:.3f}" in row and f"| {means['sampled_length']:.1f}" in row
+
+
+def test_each_seed_s_calibration_is_on_the_page():
+    report, _, _ = _read_page(PAGE)
+    text = (PAGE / "report.md").read_text()
+    for seed in report["study"]["seeds"]:
+        calibration = _json(PAGE / "models" / f"seed{seed}" / "calibration.json")
+        assert calibration["config"]["temperature"] == report["study"]["temperature"]
+        assert calibration["config"]["continuation_tokens"] == report["study"]["continuation_tokens"]
+        measured = calibration["parts"][report["study"]["task"]]
+        assert (f"| {seed} | {report['study']['task']} | {measured['p0']:.3f} | {measured['all_wrong_group_frac']:.2f} | "
+                f"{measured['reflected_frac']:.3f} | {measured['regenerate_success']:.3f} | {measured['regenerated']} |") in text
+

@@ -321,7 +321,7 @@ def test_an_export_keeps_what_recomputes_the_report_and_gives_the_same_numbers(t
 
 def test_every_method_of_the_default_study_is_a_demo_config_before_anything_runs(tmp_path):
     config = StudyConfig(out=tmp_path)
-    assert config.evaluation == "exact" and config.task == "pair"
+    assert config.evaluation == "exact" and config.task == "reflect" and config.seeds == tuple(range(1, 9))
     for method in config.methods:  # "eda" is EDA under its method name (the demo's --algorithm says edge_eda)
         demo = config.demo_config(method, 1)
         assert demo.algorithm == method and demo.advantage_stats and demo.save_final_weights
