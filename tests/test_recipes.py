@@ -12,6 +12,7 @@ import pytest
 
 from edge_verl.cli import main
 from edge_verl.methods import KNOBS, RUN_PARAMETERS, get_method, method_overrides
+from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
 from edge_verl.recipes import BACKENDS, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word
 from edge_verl_lab.reproduce.tables import TABLES
 from tests.recipe_dry_run import RECIPES as FOLDER
@@ -45,13 +46,15 @@ def test_every_recipe_file_is_what_its_definition_writes_and_every_file_has_one(
 def test_the_recipes_the_tables_the_docs_and_ci_run_are_defined():
     named = {name for table in TABLES.values() for row in table.rows for name in row.recipes.values()}
     documents = [FOLDER.parent / "README.md", FOLDER.parent / "REPRODUCING.md", *(FOLDER.parent / "docs").glob("*.md")]
-    in_the_docs = {name for path in documents for name in re.findall(r"run_[A-Za-z0-9_.-]+\.sh", path.read_text())}
+    # a recipe named by file, the OpenRLHF ones under their folder (recipes/openrlhf/run_*.sh)
+    in_the_docs = {name for path in documents for name in re.findall(r"(?:openrlhf/)?run_[A-Za-z0-9_.-]+\.sh", path.read_text())}
     assert {"run_edge_qwen2.5-math-7b_fsdp.sh", "run_gepo_qwen7b.sh", "run_sft_qwen2.5-math-7b_fsdp.sh"} <= in_the_docs
     named |= in_the_docs  # every recipe the README, docs/ and REPRODUCING.md name by file
     named |= {"run_edge-sft-injected_qwen2.5-math-7b_megatron.sh", "run_gepo_qwen3.5-9b_megatron.sh",  # the e2e runs
               "run_edge_qwen2.5-math-1.5b_fsdp.sh", "run_gepo-no-high_qwen7b.sh", "run_gepo-no-low_qwen7b.sh",
               "run_gepo-symmetric_qwen7b.sh", "run_cliphigher_qwen2.5-math-7b_fsdp.sh"}
-    assert named <= {recipe.file_name for recipe in RECIPES}
+    assert named <= {recipe.file_name for recipe in RECIPES} | {recipe.file_name for recipe in OPENRLHF_RECIPES}
+    assert {recipe.file_name for recipe in OPENRLHF_RECIPES} <= in_the_docs
     assert len(RECIPES) == len({recipe.file_name for recipe in RECIPES}) == 41
 
 
