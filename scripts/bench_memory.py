@@ -8,7 +8,11 @@ long as the recipes' (``--sample-tokens``, default 1024; GEC's corrections add t
 almost never samples EOS, so every response runs to its cap: each pass sees the recipes' lengths. The peak
 is verl's own ``perf/max_memory_allocated_gb`` of the actor update, which the CPU platform reports as the
 worker process's peak resident memory (VmHWM, edge_verl/integration/cpu/platform.py) over the whole run:
-both passes of every step. Times are verl's ``timing_s/update_actor`` and ``timing_s/old_log_prob`` per
+both passes of every step. glibc's malloc keeps freed memory of a large block in its heap once its dynamic mmap
+threshold has grown (so the resident peak depends on the order of frees, ~25% apart for three methods whose passes
+allocate the same tensors); the script fixes the threshold (``MALLOC_MMAP_THRESHOLD_``, inherited by every process
+of the run), so every block of 64 KiB or more is mapped on allocation and returned when freed, and the resident
+peak follows the tensors alive at once. Times are verl's ``timing_s/update_actor`` and ``timing_s/old_log_prob`` per
 1000 response tokens (median over the steps after the first).
 
     .venv/bin/python scripts/bench_memory.py --out runs/bench_memory
@@ -52,6 +56,8 @@ METHODS = {
     "edge + checkpointing": ("edge", "gradient", (ENTROPY_CHECKPOINTING,)),
 }
 PEAK_SUFFIX = "max_memory_allocated_gb"
+# glibc: a fixed mmap threshold (setting it turns the dynamic one off): blocks >= 64 KiB are mapped and unmapped
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 PHASES = ("update_actor", "old_log_prob")
 
 
@@ -87,6 +93,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step's time is left out)")
+    os.environ.update(MALLOC_ENV)  # the run's processes inherit it (run_demo passes this environment on)
     results = {}
     for label in args.methods:
         algorithm, form, extra = METHODS[label]
