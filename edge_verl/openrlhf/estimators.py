@@ -27,6 +27,10 @@ this ours?": with any other ``--algo.advantage.estimator`` OpenRLHF's own code r
   ``client_states`` every checkpoint stores, and restored from the checkpoint dict that
   ``restore_best_checkpoint_state`` receives on resume (sync and async trainers alike); resuming from a
   checkpoint without them is an error unless ``gepo.resume_without_state``.
+- evaluation: OpenRLHF's ``compute_eval_metrics`` (sync and async trainers) reduces the eval samples to pass@k,
+  lengths and truncation, dropping every ``extra_logs`` value; the wrapper keeps its logs and adds the mean over
+  the eval samples of each of the plugin's (``edge_verl/...``: GEC's, which says it did not correct, and the
+  grader's health), which OpenRLHF's loggers write under ``eval/``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ GEPO_STATE_KEY = "edge_verl_gepo_thresholds"
 ENTROPY_METHOD = "edge_verl_token_entropy"
 THRESHOLDS_ATTRIBUTE = "edge_verl_gepo_thresholds"
 PATCH_MARK = "__edge_verl_openrlhf__"
+PLUGIN_LOG_PREFIX = "edge_verl/"  # the names of the plugin's extra_logs (GEC executor, reward function)
 
 
 def check_run_args(args: Any, options: OpenRlhfOptions) -> None:
@@ -193,7 +198,8 @@ def patch_experience_maker(module: Any) -> None:
 
 
 def patch_trainer(module: Any) -> None:
-    """Save GEPO's thresholds in every checkpoint's client_states and restore them on resume."""
+    """Save GEPO's thresholds in every checkpoint's client_states and restore them on resume; evaluation
+    keeps the plugin's logs."""
     check_module_version(module)
     cls = module.BasePPOTrainer
     save, restore = cls.save_logs_and_checkpoints, cls.restore_best_checkpoint_state
@@ -226,6 +232,38 @@ def patch_trainer(module: Any) -> None:
 
     cls.save_logs_and_checkpoints = _marked(save_logs_and_checkpoints, save)
     cls.restore_best_checkpoint_state = _marked(restore_best_checkpoint_state, restore)
+    module.compute_eval_metrics = _eval_metrics_keeping_plugin_logs(module.compute_eval_metrics)
+
+
+def plugin_eval_logs(samples: Sequence[Any]) -> dict[str, float]:
+    """The mean over the eval samples of each of the plugin's ``extra_logs`` (one value per sample, in
+    ``Experience.info``); a name some samples lack is averaged over those that have it."""
+    values: dict[str, list[float]] = {}
+    for sample in samples:
+        for name, value in (getattr(sample, "info", None) or {}).items():
+            if name.startswith(PLUGIN_LOG_PREFIX):
+                values.setdefault(name, []).extend(torch.as_tensor(value, dtype=torch.float64).flatten().tolist())
+    return {name: sum(found) / len(found) for name, found in sorted(values.items()) if found}
+
+
+def _eval_metrics_keeping_plugin_logs(compute: Callable) -> Callable:
+    if getattr(compute, PATCH_MARK, False):
+        return compute
+
+    @functools.wraps(compute)
+    def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
+        logs = compute(eval_dataloader, samples_list, n_samples_per_prompt)
+        if samples_list:
+            logs.update(plugin_eval_logs(samples_list))
+        return logs
+
+    return _marked(compute_eval_metrics, compute)
+
+
+def patch_async_trainer(module: Any) -> None:
+    """The async trainer's ``compute_eval_metrics`` (imported by name from ppo_trainer) keeps the plugin's logs."""
+    check_module_version(module)
+    module.compute_eval_metrics = _eval_metrics_keeping_plugin_logs(module.compute_eval_metrics)
 
 
 def edge_verl_token_entropy(self, sequences, action_mask, attention_mask):
@@ -253,6 +291,7 @@ def patch_launcher(module: Any) -> None:
 PATCHES = {
     "openrlhf.trainer.ppo_utils.experience_maker": patch_experience_maker,
     "openrlhf.trainer.ppo_trainer": patch_trainer,
+    "openrlhf.trainer.ppo_trainer_async": patch_async_trainer,
     "openrlhf.trainer.ray.launcher": patch_launcher,
 }
 

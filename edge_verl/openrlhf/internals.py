@@ -23,6 +23,9 @@ PATCHED: Table = {
     ("trainer/ppo_utils/experience_maker.py", "RemoteExperienceMaker.compute_advantages_and_returns"): ("self", "experiences"),
     ("trainer/ppo_trainer.py", "BasePPOTrainer.save_logs_and_checkpoints"): ("self", "global_step", "logs_dict", "client_states"),
     ("trainer/ppo_trainer.py", "BasePPOTrainer.restore_best_checkpoint_state"): ("self", "checkpoint_states"),
+    ("trainer/ppo_trainer.py", "compute_eval_metrics"): ("eval_dataloader", "samples_list", "n_samples_per_prompt"),
+    # the async trainer's own binding of it (from ppo_trainer import compute_eval_metrics)
+    ("trainer/ppo_trainer_async.py", "compute_eval_metrics"): (),
     # An added method (edge_verl_token_entropy) on the undecorated base of PolicyModelActor.
     ("trainer/ray/launcher.py", "BaseModelActor"): (),
     ("utils/config.py", "hierarchize"): ("args",),

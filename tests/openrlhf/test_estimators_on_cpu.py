@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sys
 from types import SimpleNamespace
+from unittest.mock import MagicMock
 
 import pytest
 import torch
@@ -295,3 +297,35 @@ def test_openrlhfs_own_group_reward_std_is_kept(orl, estimator):
     for mine, theirs in zip(ours, reference):
         torch.testing.assert_close(mine.info["group_reward_std"], theirs.info["group_reward_std"])
     assert any(float(e.info["group_reward_std"].max()) > 0 for e in ours)
+
+
+def test_evaluation_keeps_openrlhfs_metrics_and_adds_the_plugins_logs(openrlhf_modules, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray.util.queue", MagicMock())  # the async trainer's queue (the fake ray has none)
+    load_launcher(openrlhf_modules)  # the trainers import OpenRLHF's Actor through it
+    trainer_module = openrlhf_modules("openrlhf.trainer.ppo_trainer")
+    unpatched = trainer_module.compute_eval_metrics
+    estimators.patch_trainer(trainer_module)
+    async_module = openrlhf_modules("openrlhf.trainer.ppo_trainer_async")
+    estimators.patch_async_trainer(async_module)
+    assert async_module.compute_eval_metrics is trainer_module.compute_eval_metrics
+
+    # 2 prompts x 2 samples; GEC's executor logs eval = 1 and corrected = 0 for every eval sample, the reward
+    # function the grader's outcome; OpenRLHF's own info keys (response_clip_ratio, reward) are not the plugin's
+    def sample(prompt, reward, corrected, caller):
+        info = {"response_clip_ratio": torch.tensor([False]), "reward": torch.tensor([reward]),
+                "edge_verl/gec/eval": torch.tensor([1.0]), "edge_verl/gec/corrected": torch.tensor([corrected]),
+                "edge_verl/grader/caller": torch.tensor([caller])}
+        return SimpleNamespace(prompts=[prompt], rewards=torch.tensor([reward]), response_length=torch.tensor([10]),
+                               truncated=torch.tensor([False]), info=info)
+
+    samples = [sample("p1", 1.0, 0.0, 1.0), sample("p1", 0.0, 0.0, 1.0), sample("p2", 0.0, 0.0, 0.0), sample("p2", 0.0, 0.0, 1.0)]
+    loader = [(["math", "math"], ["p1", "p2"], ["a", "b"], [None, None])]
+    logs = trainer_module.compute_eval_metrics(loader, samples, 2)
+    assert {k: v for k, v in logs.items() if not k.startswith("edge_verl/")} == unpatched(loader, samples, 2)
+    # pass1 of math: (0.5 + 0) / 2 = 0.25 (OpenRLHF's); the plugin's: means over the 4 samples
+    assert logs["eval_math_pass1"] == 0.25
+    assert {k: v for k, v in logs.items() if k.startswith("edge_verl/")} == {
+        "edge_verl/gec/corrected": 0.0, "edge_verl/gec/eval": 1.0, "edge_verl/grader/caller": 0.75}
+    assert trainer_module.compute_eval_metrics(loader, [], 2) == {}  # OpenRLHF's answer to no samples
+    estimators.patch_trainer(trainer_module)  # once only
+    assert trainer_module.compute_eval_metrics.__wrapped__ is unpatched
