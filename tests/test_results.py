@@ -23,6 +23,8 @@ RESULTS = ROOT / "docs" / "results"
 PAGE = RESULTS / "study_reflect"
 # The earlier default study (pair, 4 seeds, the demo's protocol), kept with its own protocol table.
 PAIR_PAGE = RESULTS / "study_pair"
+# The default study's GRPO and EDA runs beside EDA's detached form at the same 8 seeds (the EDA diagnosis).
+CONTROLS_PAGE = RESULTS / "controls_reflect"
 MIX_PAGE = RESULTS / "study_mix"
 # The study's own page, which quotes the results page's contrasts; the README only links it, and any contrast it
 # did quote would be checked too.
@@ -75,7 +77,7 @@ def _read_page(folder: Path):
     return report, runs, start
 
 
-@pytest.fixture(scope="module", params=[PAGE, PAIR_PAGE], ids=lambda path: path.name)
+@pytest.fixture(scope="module", params=[PAGE, PAIR_PAGE, CONTROLS_PAGE], ids=lambda path: path.name)
 def page(request):
     return request.param, _read_page(request.param)
 
@@ -87,7 +89,7 @@ def mix_page():
 
 def test_the_default_study_is_published():
     # the default study, the earlier pair study (the demo's protocol), its other rows at one seed, and GEPO's setting
-    assert [path.name for path in STUDIES] == ["controls_pair", MIX_PAGE.name, PAIR_PAGE.name, PAGE.name]
+    assert [path.name for path in STUDIES] == ["controls_pair", CONTROLS_PAGE.name, MIX_PAGE.name, PAIR_PAGE.name, PAGE.name]
     report = _json(PAGE / "report.json")
     default = StudyConfig()
     study = report["study"]
@@ -322,3 +324,15 @@ def test_each_seed_s_calibration_is_on_the_page():
         assert (f"| {seed} | {report['study']['task']} | {measured['p0']:.3f} | {measured['all_wrong_group_frac']:.2f} | "
                 f"{measured['reflected_frac']:.3f} | {measured['regenerate_success']:.3f} | {measured['regenerated']} |") in text
 
+
+
+def test_the_reflect_controls_share_the_default_study_s_runs():
+    # the controls page reuses the default study's GRPO and EDA runs (same folder, same identity): the files are
+    # the same bytes, and only EDA's detached form was trained for it
+    controls = _json(CONTROLS_PAGE / "report.json")
+    assert controls["study"]["seeds"] == _json(PAGE / "report.json")["study"]["seeds"]
+    shared = sorted(run.name for run in (CONTROLS_PAGE / "runs").iterdir() if not run.name.startswith("eda_detached_"))
+    assert shared and all(name.startswith(("grpo_", "eda_seed")) for name in shared)
+    for name in shared:
+        for file in ("metrics.jsonl", "exact_eval.json", "command.txt"):
+            assert (CONTROLS_PAGE / "runs" / name / file).read_bytes() == (PAGE / "runs" / name / file).read_bytes(), (name, file)
