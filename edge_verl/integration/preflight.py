@@ -353,41 +353,16 @@ def preflight(config: Any) -> TrainingRun:
     return run
 
 
-# The update's extra memory in EDA's gradient form without verl's entropy checkpointing: the softmax over the
-# vocabulary of every token of a micro-batch, kept for the backward pass (float32), measured by
-# scripts/bench_memory.py (docs/performance.md).
-EDA_ENTROPY_CHECKPOINTING = "actor_rollout_ref.actor.entropy_checkpointing"
-
-
-def memory_warnings(config: Any, run: TrainingRun) -> list[str]:
-    """What the run will pay in memory that a switch would save (printed, never an error)."""
-    found = []
-    actor = config.actor_rollout_ref.actor
-    if run.estimator == "edge_eda" and run.options.entropy_gradient and not actor.get("entropy_checkpointing", False):
-        found.append(
-            "EDA's gradient form computes the current entropy with gradient in the actor update, which keeps the "
-            "softmax over the vocabulary of every token of a micro-batch for the backward pass: one more (tokens x "
-            "vocabulary) float32 tensor, ~0.6 GB per 1,000 tokens with Qwen2.5's 151,936. "
-            f"{EDA_ENTROPY_CHECKPOINTING}=True recomputes it in the backward instead (docs/performance.md: the "
-            "measured peaks)."
-        )
-    return found
-
-
 def preflight_or_exit(config: Any) -> TrainingRun:
-    """``preflight`` for a command line: an error becomes ``PreflightFailed`` (message printed last); the
-    ``memory_warnings`` are printed."""
-    import sys
-
+    """``preflight`` for a command line: an error becomes ``PreflightFailed`` (message printed last)."""
     try:
-        run = preflight(config)
+        return preflight(config)
     except (ValueError, FileNotFoundError) as error:
+        import sys
+
         message = f"{PREFIX}: {error}"
         print(message, file=sys.stderr, flush=True)
         raise PreflightFailed(message) from None
-    for warning in memory_warnings(config, run):
-        print(f"{PREFIX}: warning: {warning}", file=sys.stderr, flush=True)
-    return run
 
 
 # --- the command line: compose verl's config without importing verl -----------------------------------------

@@ -196,14 +196,3 @@ def test_the_validate_config_hook_is_in_the_plugins_table():
     import verl.utils.config as verl_config
 
     assert getattr(verl_config.validate_config, PATCH_MARK) == ("verl.utils.config", "validate_config")
-
-
-def test_edas_gradient_form_without_entropy_checkpointing_is_warned_about_not_refused(tmp_path, capsys):
-    gradient = ["algorithm.adv_estimator=edge_eda", "+algorithm.edge_eda.entropy_gradient=True", "actor_rollout_ref.actor.calculate_entropy=True"]
-    run = preflight_or_exit(_config(tmp_path, *gradient, gec_train=False))
-    assert run.options.entropy_gradient
-    warned = capsys.readouterr().err
-    assert "warning: EDA's gradient form" in warned and "actor_rollout_ref.actor.entropy_checkpointing=True" in warned
-    preflight_or_exit(_config(tmp_path, *gradient, "actor_rollout_ref.actor.entropy_checkpointing=True", gec_train=False))
-    preflight_or_exit(_config(tmp_path, "algorithm.adv_estimator=edge_eda", gec_train=False))  # the detached form
-    assert "warning" not in capsys.readouterr().err
