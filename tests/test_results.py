@@ -194,7 +194,7 @@ def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
 def test_the_study_doc_quotes_the_page():
     """Every contrast docs/study.md, the results page and the README quote (`a − b: Δ +0.123 [-0.010, +0.256]`)
     is the default page's report's."""
-    report, _, _ = _read_page(PAGE)
+    report = _json(PAGE / "report.json")
     found = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
     quoted = {}
     for document in QUOTING:
@@ -314,7 +314,7 @@ def test_the_evaluation_cap_holds_every_arm_s_longest_response_and_its_completio
 
 
 def test_each_seed_s_calibration_is_on_the_page():
-    report, _, _ = _read_page(PAGE)
+    report = _json(PAGE / "report.json")
     text = (PAGE / "report.md").read_text()
     for seed in report["study"]["seeds"]:
         calibration = _json(PAGE / "models" / f"seed{seed}" / "calibration.json")
@@ -323,7 +323,6 @@ def test_each_seed_s_calibration_is_on_the_page():
         measured = calibration["parts"][report["study"]["task"]]
         assert (f"| {seed} | {report['study']['task']} | {measured['p0']:.3f} | {measured['all_wrong_group_frac']:.2f} | "
                 f"{measured['reflected_frac']:.3f} | {measured['regenerate_success']:.3f} | {measured['regenerated']} |") in text
-
 
 
 def test_the_reflect_controls_share_the_default_study_s_runs():
