@@ -252,10 +252,7 @@ def _eval_metrics_keeping_plugin_logs(compute: Callable) -> Callable:
 
     @functools.wraps(compute)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
-        logs = compute(eval_dataloader, samples_list, n_samples_per_prompt)
-        if samples_list:
-            logs.update(plugin_eval_logs(samples_list))
-        return logs
+        return {**compute(eval_dataloader, samples_list, n_samples_per_prompt), **plugin_eval_logs(samples_list)}
 
     return _marked(compute_eval_metrics, compute)
 
