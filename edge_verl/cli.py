@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Optional, Sequence
 
 # The lab's commands (edge_verl_lab/cli.py), with the one-line help both parsers show. This module imports
 # the lab only in ``_run_lab``, for these commands.
@@ -143,6 +144,49 @@ def _run_identity(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- preflight: verl's config composed without importing verl -----------------------------------------------
+
+
+def verl_config_dir() -> Path:
+    """verl's ``trainer/config`` folder, found without importing verl (``import verl`` costs seconds)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"verl is not installed for {sys.executable}: activate the environment that has it, or set PYTHON")
+    return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+
+
+def compose_verl_config(config_name: str, overrides: Sequence[str], config_path: Optional[str] = None) -> Any:
+    """verl's Hydra config as ``main_ppo`` composes it from ``--config-name``/``--config-path`` and overrides."""
+    from hydra import compose, initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()  # hydra's initialize_* set the global state when constructed
+    if config_path and config_path.startswith("pkg://"):
+        context = initialize_config_module(config_module=config_path.removeprefix("pkg://"), version_base=None)
+    else:
+        folder = Path(config_path).resolve() if config_path else verl_config_dir()
+        context = initialize_config_dir(config_dir=str(folder), version_base=None)
+    try:
+        with context:
+            return compose(config_name=config_name, overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def run_identity_of(config: Any, method: str, backend: str, tag: str = "") -> dict:
+    """The recipes' run identity from the composed config: what verl will actually run (Hydra's
+    last-value-wins already applied)."""
+    from edge_verl.integration.run import data_paths
+    from edge_verl.run_identity import describe
+
+    data = config.data
+    return describe(
+        method, str(config.actor_rollout_ref.model.path), data_paths(data.train_files), backend, data.get("seed", None), tag
+    )
+
+
 def _preflight(args: argparse.Namespace) -> int:
     import time
 
@@ -150,7 +194,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from edge_verl.integration.cpu.overrides import backend_of_config
-    from edge_verl.integration.preflight import PREFIX, PreflightFailed, compose_verl_config, preflight_or_exit, run_identity_of
+    from edge_verl.integration.run import PREFIX, PreflightFailed, preflight_or_exit
     from edge_verl.run_identity import RunIdentityMismatch, check_or_record
 
     started = time.perf_counter()

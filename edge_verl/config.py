@@ -25,6 +25,30 @@ from edge_verl.algorithms.gec import ANSWER_TEMPLATE, INJECTED_LOSSES, REFLECTIO
 from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
 
 
+# verl's epsilon in GRPO's std normalisation (core_algos.compute_grpo_outcome_advantage), for estimators without one.
+VERL_GRPO_EPSILON = 1e-6
+
+
+class EstimatorOptions:
+    """What the plugin reads off any estimator's options besides the estimator itself (the integration's
+    ``Estimator`` entries, ``integration/estimators.py``); the defaults are GRPO's. An estimator's config
+    class derives from it and overrides what differs:
+
+    token_inputs: the per-token inputs (B, T) the estimator reads with these options, among "entropy" (the old
+        policy's) and "old_log_probs".
+    std_epsilon: the epsilon of its GRPO normalisation (GEC's statistics of the responses as sampled use it).
+    resume_without_state: a checkpoint without its training state is accepted (the state starts afresh)
+        rather than an error.
+    loss_option: the option that moves the estimator's work into the actor loss (e.g.
+        "algorithm.edge_eda.entropy_gradient=True"), None when these options leave the loss to verl.
+    """
+
+    token_inputs = ()
+    std_epsilon = VERL_GRPO_EPSILON
+    resume_without_state = False
+    loss_option = None
+
+
 def _from_mapping(cls, values: Optional[Mapping[str, Any]]):
     values = dict(values or {})
     allowed = {field.name for field in fields(cls)}
@@ -102,7 +126,7 @@ def _check_declared(config: Any, owner: str) -> None:
 
 
 @dataclass(frozen=True)
-class EdaConfig:
+class EdaConfig(EstimatorOptions):
     """Entropy-Driven Advantage (estimator ``edge_eda``).
 
     std_epsilon: added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).
@@ -110,13 +134,12 @@ class EdaConfig:
         this are left unscaled, so zero entropy never divides by zero.
     ratio_clamp: optional [low, high] bound on P_hat; None (default) = the final reference code, which has no
         clamp; the paper's first code version used [0.1, 10].
-    entropy_gradient: False (default) = the detached form: the advantage is computed once from the old
-        policy's entropy, a constant in the loss (what both third-party ports do; needs nothing from the
-        actor). True = the reference code's form: inside the actor loss the advantage is A_i / P_hat_i(theta)
-        with the CURRENT policy's response entropy, so gradient flows through P_i (the normaliser stays
-        detached: the old policy's group mean). The EDGE recipes set True. It needs the entropy in the loss
-        (actor_rollout_ref.actor.calculate_entropy=True; checked before the first rollout). Off by default
-        because it changes the actor's loss and costs an entropy forward/backward in every update.
+    entropy_gradient: False (default) = the detached form (a constant advantage from the old policy's
+        entropy, what both third-party ports do); True = the reference code's form, with gradient through the
+        current policy's entropy inside the actor loss (both explained in edge_verl/algorithms/eda.py). The
+        EDGE recipes set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the
+        first rollout). Off by default because it changes the actor's loss and costs memory and an entropy
+        backward in every update.
     """
 
     std_epsilon: float = _option(1e-4, low=0.0)
@@ -140,12 +163,18 @@ class EdaConfig:
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "EdaConfig":
         return _from_mapping(cls, values)
 
+    token_inputs = ("entropy",)
+
+    @property
+    def loss_option(self) -> Optional[str]:
+        return "algorithm.edge_eda.entropy_gradient=True" if self.entropy_gradient else None
+
 
 GEPO_ABLATIONS = ("none", "no_high_entropy_control", "no_low_entropy_control", "symmetric")
 
 
 @dataclass(frozen=True)
-class GepoConfig:
+class GepoConfig(EstimatorOptions):
     """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``).
 
     alpha_low: factor on positive advantages in confident groups (H_g < H_low); paper 0.5.
@@ -201,6 +230,10 @@ class GepoConfig:
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
         return _from_mapping(cls, values)
+
+    @property
+    def token_inputs(self) -> tuple[str, ...]:
+        return ("entropy",) if self.group_entropy == "token_entropy" else ("old_log_probs",)
 
 
 ANSWER_SOURCES = ("gold", "placebo")

@@ -39,14 +39,6 @@ REWARD_EXTRA_INFO_FIELD = "reward_extra_info"
 # ``reward.custom_reward_function.path`` values that mean edge_verl's reward.
 REWARD_MODULE = "edge_verl.reward"
 
-# EDA with gradient through entropy (``algorithm.edge_eda.entropy_gradient``): per-token columns the
-# estimator writes next to ``advantages`` for the actor loss (the detached normaliser = the old policy's
-# group mean response entropy, 0 on rows left unscaled; the old P_hat), and the batch-level guard options
-# (entropy_epsilon, ratio_clamp) they were computed with. See ``integration/actor_loss.py``.
-EDA_GROUP_ENTROPY_COLUMN = "edge_eda_group_entropy"
-EDA_RATIO_COLUMN = "edge_eda_entropy_ratio"
-EDA_OPTIONS_KEY = "edge_eda_loss_options"
-
 # GEC in the actor loss (``integration/actor_loss.py``): the per-token origin code of every response token
 # (``edge_verl.algorithms.gec.ORIGINS``), written at the advantage step of a GEC run next to the advantages,
 # and the batch-level options the loss treats GEC's injected tokens with (edge_gec.injected_loss, sft_coef).
@@ -67,13 +59,5 @@ VANILLA_POLICY_LOSS = "vanilla"
 # policy's entropy "entropys" in the legacy trainer and "entropy" in the v1 trainer.
 BATCH_KEYS = {"entropys": "entropy", "entropy": "entropy", "old_log_probs": "old_log_probs"}
 
-# Legacy trainer: a copy of the old policy's per-token entropy, which verl pops before compute_advantage,
-# and the ``meta_info`` key under which the step's metrics travel from compute_advantage to compute_data_metrics.
-ENTROPY_COPY_KEY = "edge_verl_entropys"
-STEP_METRICS_KEY = "edge_verl_step_metrics"
-
 # Prefix of every metric the plugin adds to verl's step metrics.
 METRIC_PREFIX = "edge_verl"
-
-# File written into each ``global_step_N`` checkpoint folder of a GEPO run.
-STATE_FILE = "edge_verl_state.json"

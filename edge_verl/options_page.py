@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from edge_verl import names
-from edge_verl.config import MetricsConfig, option_specs
-from edge_verl.features import ESTIMATORS, GEC
+from edge_verl.config import GecConfig, MetricsConfig, option_specs
+from edge_verl.integration.estimators import ESTIMATORS
 
 PAGE = "docs/options.md"
 HEADER = f"""# Options
@@ -34,7 +34,7 @@ def option_sections() -> dict[str, type]:
     """``algorithm.<section>`` -> its config class: the papers' estimators (``names.ESTIMATORS``, not estimators
     registered at run time), GEC and the extra metrics."""
     sections = {name: ESTIMATORS[name].config for name in names.ESTIMATORS}
-    sections[GEC.section] = GEC.config
+    sections[names.GEC_SECTION] = GecConfig
     sections[names.METRICS_SECTION] = MetricsConfig
     return sections
 

@@ -32,9 +32,12 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum_and_count
+from edge_verl.algorithms.group_stats import (
+    advantage_variance_metrics, masked_extreme, masked_mean, masked_quantiles, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
+)
 
 
 @dataclass(frozen=True)
@@ -159,3 +162,22 @@ def compute_eda_advantages(
     eda_outcome = outcome / ratio
     advantages = mask.mul_(eda_outcome[:, None])
     return EdaResult(advantages, outcome, eda_outcome, response_entropy, ratio, has_tokens, group_entropy, tied)
+
+
+def eda_step_metrics(result: EdaResult, valid: torch.Tensor) -> dict[str, float]:
+    """EDA's metrics of one step: the advantage variance before / after the entropy scaling, tied groups,
+    |advantage| and P_hat extremes and quantiles, the mean response entropy."""
+    before, after, ratio, entropy, valid, real, tied = on_host(
+        result.outcome_advantages, result.eda_outcome_advantages, result.entropy_ratio, result.response_entropy,
+        valid, result.has_tokens, result.tied_group_frac,
+    )
+    valid, real = valid > 0, real > 0
+    return {
+        **advantage_variance_metrics(before, after, valid, tied[0]),
+        "max_abs_adv": masked_extreme(np.abs(after), valid, largest=True, empty=0.0),
+        "entropy_ratio_min": masked_extreme(ratio, real, largest=False, empty=1.0),
+        "entropy_ratio_max": masked_extreme(ratio, real, largest=True, empty=1.0),
+        "response_entropy_mean": masked_mean(entropy, real),
+        **masked_quantiles(np.abs(after), valid, "abs_adv", empty=0.0),
+        **masked_quantiles(ratio, real, "entropy_ratio", empty=1.0),
+    }

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from edge_verl.algorithms.group_stats import group_sum, grpo_outcome, masked_row_sum_and_count
+from edge_verl.algorithms.group_stats import (
+    advantage_variance_metrics, masked_mean, masked_variance, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
+)
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 
@@ -219,3 +222,26 @@ def compute_gepo_advantages(
         negative,
         tied,
     )
+
+
+def gepo_step_metrics(result: GepoResult, valid: torch.Tensor, ema_updates: int) -> dict[str, float]:
+    """GEPO's metrics of one step: the advantage variance before / after shaping, tied groups, the group
+    entropy's mean and std (P,), the thresholds used and this step's candidates, the EMA's update count
+    (``ema_updates``, after this step), and the fractions of positive / negative advantages attenuated."""
+    outcome, shaped, valid, positive, negative, group_entropy, group_valid, tied = on_host(
+        result.outcome_advantages, result.shaped_outcome_advantages, valid, result.positive_attenuated,
+        result.negative_attenuated, result.group_entropy, result.group_valid, result.tied_group_frac,
+    )
+    valid, group_valid = valid > 0, group_valid > 0
+    return {
+        **advantage_variance_metrics(outcome, shaped, valid, tied[0]),
+        "group_entropy_mean": masked_mean(group_entropy, group_valid),
+        "group_entropy_std": float(np.sqrt(masked_variance(group_entropy, group_valid, ddof=0))),
+        "h_low": result.h_low,
+        "h_high": result.h_high,
+        "candidate_h_low": result.candidate_low,
+        "candidate_h_high": result.candidate_high,
+        "ema_updates": float(ema_updates),
+        "pos_attenuated_frac": float(np.count_nonzero(positive) / max(1, np.count_nonzero((outcome > 0) & valid))),
+        "neg_attenuated_frac": float(np.count_nonzero(negative) / max(1, np.count_nonzero((outcome < 0) & valid))),
+    }

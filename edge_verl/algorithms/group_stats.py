@@ -323,3 +323,72 @@ def per_source_statistics(
             stats["neg_attenuated_frac"] = float(gepo["negative_attenuated"][rows].sum() / max(1, int((outcome < 0).sum())))
         found[source] = stats
     return found
+
+
+# --- step metrics: (B,) results reduced on the host ---------------------------------------------------------
+# The estimators' step metrics (``eda.eda_step_metrics``, ``gepo.gepo_step_metrics``) read their result's (B,)
+# vectors off the device ONCE (``on_host``) and reduce them in numpy: a few dozen reductions over (B,) vectors,
+# cheaper there than as small torch ops, and none of them a host sync of its own.
+
+# EDA's stability per step (EDGE-GRPO's reviewers: the normalised entropy in the denominator has no stated
+# bound): these quantiles of |advantage| and of the entropy ratio P_hat, next to verl's actor/grad_norm.
+QUANTILES = {"p1": 0.01, "p50": 0.5, "p99": 0.99}
+
+
+def on_host(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """The tensors, flattened, as float64 numpy arrays, with ONE device-to-host copy for all of them.
+
+    float32, float64 and bool tensors only (the pure functions' outputs). CPU tensors are read in place
+    (numpy views, widened); others go through one ``torch.cat``, which promotes them to their widest float
+    type (each value exact, as in float64).
+    """
+    if all(tensor.device.type == "cpu" for tensor in tensors):
+        arrays = [(tensor.detach() if tensor.requires_grad else tensor).numpy() for tensor in tensors]
+        return [array.reshape(-1).astype(np.float64) for array in arrays]
+    flat = torch.cat([tensor.reshape(-1) for tensor in tensors]).detach().cpu().numpy().astype(np.float64)
+    return np.split(flat, np.cumsum([tensor.numel() for tensor in tensors])[:-1])
+
+
+def masked_variance(values: np.ndarray, rows: np.ndarray, ddof: int = 1) -> float:
+    """Variance (unbiased with the default ``ddof=1``) of ``values`` over ``rows`` (bool); 0 with ``ddof``
+    rows or fewer. numpy's own ``var`` algorithm (pairwise sums, the same value to the last bit) without its
+    per-call overhead, which is most of the cost on (B,) vectors."""
+    picked = values[rows]
+    if picked.size <= ddof:
+        return 0.0
+    deviation = picked - np.add.reduce(picked) / picked.size
+    return float(np.add.reduce(deviation * deviation) / (picked.size - ddof))
+
+
+def masked_extreme(values: np.ndarray, rows: np.ndarray, largest: bool, empty: float) -> float:
+    """Max (``largest``) or min of ``values`` over ``rows``; ``empty`` when no row is selected."""
+    picked = values[rows]
+    if not picked.size:
+        return empty
+    return float(picked.max() if largest else picked.min())
+
+
+def masked_quantiles(values: np.ndarray, rows: np.ndarray, name: str, empty: float) -> dict[str, float]:
+    """``<name>_p1``, ``_p50``, ``_p99`` of ``values`` over ``rows`` (numpy's linear interpolation);
+    ``empty`` for each when no row is selected."""
+    picked = values[rows]
+    if not picked.size:
+        return {f"{name}_{label}": empty for label in QUANTILES}
+    points = np.quantile(picked, list(QUANTILES.values()))
+    return {f"{name}_{label}": float(point) for label, point in zip(QUANTILES, points)}
+
+
+def masked_mean(values: np.ndarray, rows: np.ndarray, empty: float = 0.0) -> float:
+    picked = values[rows]
+    return float(picked.mean()) if picked.size else empty
+
+
+def advantage_variance_metrics(before: np.ndarray, after: np.ndarray, valid: np.ndarray, tied_group_frac: float) -> dict[str, float]:
+    """The step metrics every estimator of the plugin reports: tied groups, the advantage variance before and
+    after its change to GRPO's advantage."""
+    return {
+        "zero_variance_group_frac": float(tied_group_frac),
+        # unbiased (ddof = 1), as the EDGE-GRPO reference logs it and as edge_verl/adv/var
+        "adv_var_before": masked_variance(before, valid),
+        "adv_var_after": masked_variance(after, valid),
+    }

@@ -1,37 +1,30 @@
 """The plugin's hook in verl's actor loss (``verl.workers.utils.losses``): an estimator's ``LossScale``
-(``edge_verl.features``; EDA's gradient form) and GEC's injected tokens.
+(``integration/estimators.py``; EDA's gradient form) and GEC's injected tokens.
 
 In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
 ``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
 columns the batch carries (written at the advantage step by the plugin), so any other batch goes through
 verl's loss untouched:
 
-An estimator with a ``LossScale`` whose columns the micro-batch carries, e.g. EDA with gradient through
-entropy (``algorithm.edge_eda.entropy_gradient=True``): the ``edge_eda`` estimator writes two per-token
-columns next to the advantages (``names.EDA_GROUP_ENTROPY_COLUMN``: the
-detached normaliser, the old policy's group mean entropy; ``names.EDA_RATIO_COLUMN``: the old P_hat) and,
-batch-level, its guard options (``names.EDA_OPTIONS_KEY``). Per micro-batch: P_i(theta) = masked mean of
-the current entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``) over the
-response; s_i = P_hat_i^old / P_hat_i(theta) (``edge_verl.algorithms.eda.entropy_gradient_scale``); verl's
-own policy loss (whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then
-receives the advantages times s_i, i.e. A_i / P_hat_i(theta), the reference's form. s_i = 1 in value at
-the old policy, so the first mini-batch's loss value equals the detached form's; only the gradient differs.
-Diagnostics: ``actor/edge_eda/entropy_grad_share`` (of the loss gradient with respect to the policy's
-outputs, the share that reaches them through the entropy, ``|dL/dH| / (|dL/dlogp| + |dL/dH|)``, norms over
-the micro-batch's response tokens: a cheap proxy for the share in parameter space, one ``autograd.grad``
-over the loss's elementwise ops, no second backward through the model) and ``actor/edge_eda/loss_scale_mean``
-(mean s over scaled rows: 1 at the first mini-batch, drifting in later mini-batches or epochs).
+An estimator with a ``LossScale`` whose columns the micro-batch carries (EDA's gradient form, explained in
+``algorithms/eda.py``): per micro-batch, the entry's factor (B,) from those columns and the current policy's
+entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``); verl's own policy loss
+(whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then receives the
+advantages times that factor. Diagnostics: ``actor/<estimator>/entropy_grad_share`` (of the loss gradient
+with respect to the policy's outputs, the share that reaches them through the entropy,
+``eda.entropy_gradient_share``: one ``autograd.grad`` over the loss's elementwise ops, no second backward
+through the model) and ``actor/<estimator>/loss_scale_mean`` (the mean factor over scaled rows).
 
 GEC (``algorithm.edge_gec.enable=True``): the trainer adapter writes each response token's origin
-(``names.GEC_ORIGIN_COLUMN``, ``edge_verl.algorithms.gec.ORIGINS``) and, batch-level, how the loss treats
+(``names.GEC_ORIGIN_COLUMN``, ``gec.ORIGINS``) and, batch-level, how the loss treats
 GEC's injected tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft,
 ``sft_coef``, and ``injected_share``, the step's injected tokens over its response tokens, which turns the
 mini-batch's token count into its injected-token count for the SFT term's token mean). The surrogate then
-receives the advantages and log-probs of ``edge_verl.algorithms.gec_loss.treat_injected`` (with masked / sft
+receives the advantages and log-probs of ``gec.treat_injected`` (with masked / sft
 in EDA's gradient form, the injected tokens' entropy also enters P_i(theta) as a constant), the SFT term is
-added to verl's loss, and the per-origin sums (``gec_loss.origin_sums``) go into the metrics under
+added to verl's loss, and the per-origin sums (``gec.origin_sums``) go into the metrics under
 ``actor/gec/<origin>/...``; the trainer adapters turn them into shares and means once verl has reduced
-them (``gec_loss.finish_origin_metrics``).
+them (``gec.finish_origin_metrics``).
 """
 
 from __future__ import annotations
@@ -44,10 +37,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from edge_verl.algorithms import gec_loss
-from edge_verl.algorithms.eda import entropy_gradient_share, loss_gradients
-from edge_verl.features import ESTIMATORS, GEC, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator
 from edge_verl import names
+from edge_verl.algorithms import gec as gec_math
+from edge_verl.algorithms.eda import entropy_gradient_share, loss_gradients
+from edge_verl.integration.estimators import ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator
 from edge_verl.integration.internals import CORE, POLICY_LOSS_KEYWORDS
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
@@ -57,7 +50,7 @@ _PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation
 
 @dataclass
 class _LossScale:
-    """An estimator's factor for the policy loss of one micro-batch (its ``features.LossScale``), and the
+    """An estimator's factor for the policy loss of one micro-batch (its ``estimators.LossScale``), and the
     tensors its diagnostics need; ``scope``: the estimator's name, its metrics' scope."""
 
     scope: str
@@ -75,7 +68,7 @@ class _GecTokens:
     injected_loss: str
     sft_coef: float
     injected_share: float  # the step's injected tokens / its response tokens
-    sums: dict[str, float] = field(default_factory=dict)  # gec_loss.origin_sums (+ the SFT term's NLL sum)
+    sums: dict[str, float] = field(default_factory=dict)  # gec_math.origin_sums (+ the SFT term's NLL sum)
     sft_term: Optional[torch.Tensor] = None  # added to verl's loss after the surrogate
 
 
@@ -98,7 +91,7 @@ def _scaling_estimator(keys: Any) -> Optional[Estimator]:
 def is_active(data: Any) -> bool:
     """The micro-batch asks the hook for something: an estimator's loss scale or GEC's token treatment."""
     keys = data.keys()
-    return _scaling_estimator(keys) is not None or GEC.loss_column in keys
+    return _scaling_estimator(keys) is not None or names.GEC_ORIGIN_COLUMN in keys
 
 
 def _options(data: Any, key: str, column: str, writer: str) -> dict:
@@ -129,7 +122,7 @@ def _loss_scale(entry: Estimator, model_output: Any, data: Any, gec: Optional["_
     entropy = no_padding_2_padding(entropy, data)
     columns = data.select("response_mask", *loss.columns).to_padded_tensor()
     if gec is not None and gec.injected_loss != "surrogate":
-        injected = gec_loss.not_sampled(gec.origins.to(entropy.device))
+        injected = gec_math.not_sampled(gec.origins.to(entropy.device))
         entropy = torch.where(injected, entropy.detach(), entropy)
     options = _options(data, loss.options_key, loss.columns[0], f"the {entry.name} estimator")
     factor, active = loss.factor(dict(columns.items()), options, entropy)
@@ -138,10 +131,10 @@ def _loss_scale(entry: Estimator, model_output: Any, data: Any, gec: Optional["_
 
 
 def _gec_tokens(data: Any) -> _GecTokens:
-    columns = data.select(GEC.loss_column).to_padded_tensor()
-    options = _options(data, GEC.loss_options_key, GEC.loss_column, "the plugin's GEC advantage step")
+    columns = data.select(names.GEC_ORIGIN_COLUMN).to_padded_tensor()
+    options = _options(data, names.GEC_LOSS_OPTIONS_KEY, names.GEC_ORIGIN_COLUMN, "the plugin's GEC advantage step")
     return _GecTokens(
-        origins=columns[GEC.loss_column].round().to(torch.int64),
+        origins=columns[names.GEC_ORIGIN_COLUMN].round().to(torch.int64),
         injected_loss=str(options["injected_loss"]),
         sft_coef=float(options["sft_coef"]),
         injected_share=float(options["injected_share"]),
@@ -155,7 +148,7 @@ def _make_ppo_loss(original: Callable) -> Callable:
         from verl.utils.metric import AggregationType, Metric
 
         keys = data.keys()
-        gec = _gec_tokens(data) if GEC.loss_column in keys else None
+        gec = _gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None
         scaling = _scaling_estimator(keys)
         scaled = _loss_scale(scaling, model_output, data, gec) if scaling is not None else None
         state = _MicroBatch(scaled=scaled, gec=gec)
@@ -171,19 +164,19 @@ def _make_ppo_loss(original: Callable) -> Callable:
             if state.gec.sft_term is not None:
                 loss = loss + state.gec.sft_term
             for key, value in state.gec.sums.items():  # verl's trainer prefixes them with names.ACTOR_METRIC_PREFIX
-                aggregation = AggregationType.MAX if key.endswith(gec_loss.RAW_MAX) else AggregationType.MEAN
+                aggregation = AggregationType.MAX if key.endswith(gec_math.RAW_MAX) else AggregationType.MEAN
                 metrics[f"{names.GEC_LOSS_SCOPE}/{key}"] = Metric(value=value, aggregation=aggregation)
         return loss, metrics
 
     return ppo_loss
 
 
-def _vanilla_clip(config: Any) -> gec_loss.VanillaClip:
+def _vanilla_clip(config: Any) -> gec_math.VanillaClip:
     """verl's vanilla PPO clipping from the actor config (``compute_policy_loss_vanilla``): clip_ratio_low /
     _high, else clip_ratio; the dual clip's clip_ratio_c."""
     clip = config.clip_ratio
     low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
-    return gec_loss.VanillaClip(float(clip if low is None else low), float(clip if high is None else high), float(config.clip_ratio_c))
+    return gec_math.VanillaClip(float(clip if low is None else low), float(clip if high is None else high), float(config.clip_ratio_c))
 
 
 def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor, config: Any) -> torch.Tensor:
@@ -192,7 +185,7 @@ def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor
     info = getattr(config, "global_batch_info", {}) or {}
     batch_tokens = info.get("batch_num_tokens")
     num_tokens = None if batch_tokens is None else float(batch_tokens) * tokens.injected_share
-    nll = gec_loss.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
+    nll = gec_math.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
     return tokens.sft_coef * nll
 
 
@@ -213,8 +206,8 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
         if gec is not None:
             if gec.origins.shape != advantages.shape:
                 raise RuntimeError(f"advantages {tuple(advantages.shape)} and GEC's origins {tuple(gec.origins.shape)} differ")
-            injected = gec_loss.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
-            kwargs["log_prob"], advantages = gec_loss.treat_injected(log_prob, advantages, injected, gec.injected_loss)
+            injected = gec_math.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
+            kwargs["log_prob"], advantages = gec_math.treat_injected(log_prob, advantages, injected, gec.injected_loss)
         kwargs["advantages"] = advantages
         loss, metrics = policy_loss_fn(**kwargs)
         grads = loss_gradients(loss, log_prob, scaled.entropy if scaled is not None else None)
@@ -226,12 +219,12 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
         if gec is not None:
             clip = _vanilla_clip(kwargs["config"]) if loss_mode == names.VANILLA_POLICY_LOSS else None
             grad = None if grads is None else grads[0] if grads[0] is not None else torch.zeros_like(log_prob)
-            gec.sums = gec_loss.origin_sums(
+            gec.sums = gec_math.origin_sums(
                 gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, clip, grad
             )
             if gec.injected_loss == "sft":
                 gec.sft_term = _sft_term(gec, log_prob, injected, kwargs["config"])
-                gec.sums[gec_loss.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
+                gec.sums[gec_math.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
         return loss, metrics
 
     return policy_loss

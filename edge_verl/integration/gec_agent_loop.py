@@ -88,9 +88,8 @@ from edge_verl.algorithms.gec import (
     strip_end_tokens,
 )
 from edge_verl.config import GecConfig
-from edge_verl.features import GEC
-from edge_verl.names import GEC_AGENT_LOOP, SAMPLE_INDEX_COLUMN
-from edge_verl.integration.preflight import check_budget, check_gec_supported, read_placebo_pool
+from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
+from edge_verl.integration.run import check_budget, check_gec_supported, read_placebo_pool
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
 
@@ -108,7 +107,7 @@ def sample_index(kwargs: dict) -> int:
     """The response's index within its uid group, as the trainer numbered it.
 
     v1 passes ``session_id`` (0..n-1); the legacy trainer's rollout gets ``SAMPLE_INDEX_COLUMN``, set on
-    the whole batch before verl splits it across agent-loop workers (trainer_hooks), so the index does
+    the whole batch before verl splits it across agent-loop workers (legacy_trainer.py), so the index does
     not depend on which worker runs the sample.
     """
     for key in ("session_id", SAMPLE_INDEX_COLUMN):
@@ -348,7 +347,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             output.reward_score = None  # verl's reward loop scores the final response
         else:  # placebo_reward=as_gold: verl's reward loop skips a response whose reward_score is set
             output.reward_score, output.extra_fields["reward_extra_info"] = twin
-        output.extra_fields[GEC.info_field] = record.to_dict()
+        output.extra_fields[GEC_INFO_KEY] = record.to_dict()
         return output
 
     async def _carry_out(

@@ -213,7 +213,7 @@ CORE = PatchTable(
     layer="core plugin",
     patched={
         "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
-        # legacy trainer (integration/trainer_hooks.py, LegacyAdapter)
+        # legacy trainer (integration/legacy_trainer.py, LegacyAdapter)
         "verl.trainer.ppo.ray_trainer": {
             "compute_advantage": _ADVANTAGE,
             "compute_data_metrics": ("batch", "use_critic"),
@@ -223,7 +223,7 @@ CORE = PatchTable(
             "RayPPOTrainer._save_checkpoint": ("self",),
             "RayPPOTrainer.fit": ("self",),
         },
-        # v1 trainer (integration/trainer_hooks.py, V1Adapter)
+        # v1 trainer (integration/trainer.py, V1Adapter)
         "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
         "verl.trainer.ppo.v1.trainer_base": {
             "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, token_origins
-from edge_verl.algorithms.gec_loss import (
+from edge_verl.algorithms.gec import (
     VanillaClip,
     advantage_step_outputs,
     finish_origin_metrics,

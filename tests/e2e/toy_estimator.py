@@ -1,4 +1,4 @@
-"""A toy advantage estimator added through the feature table alone (``edge_verl.features``), for the e2e
+"""A toy advantage estimator added through the estimator table alone (``edge_verl.integration.estimators``), for the e2e
 test that trains it: imported in every verl process by ``EDGE_VERL_FEATURE_MODULES``. Nothing else of the
 plugin knows it.
 
@@ -12,14 +12,16 @@ from typing import Any, Mapping
 
 import torch
 
-from edge_verl.features import Estimator, EstimatorOutput, GroupBatch, register_estimator
+from edge_verl.config import EstimatorOptions
+from edge_verl.integration.estimators import Estimator, EstimatorOutput, GroupBatch, register_estimator
 
 NAME = "toy_sign"
 
 
 @dataclass(frozen=True)
-class ToyConfig:
+class ToyConfig(EstimatorOptions):
     scale: float = 1.0
+    token_inputs = ("old_log_probs",)
 
     def __post_init__(self) -> None:
         if not isinstance(self.scale, (int, float)) or self.scale <= 0:
@@ -61,7 +63,6 @@ TOY = register_estimator(
         description="a toy: the sign of reward minus the group mean",
         config=ToyConfig,
         compute=toy_sign,
-        token_inputs=lambda options: ("old_log_probs",),
         state=lambda options: Calls(),
         state_key="toy_calls",
     )

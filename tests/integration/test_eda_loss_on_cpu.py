@@ -24,6 +24,7 @@ from verl.workers.utils import losses
 
 from edge_verl_lab.demo.tiny import build_model, build_tokenizer
 from edge_verl import names
+from edge_verl.integration.estimators import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
 from edge_verl.integration.run import TrainingRun, active_run
 
 pytestmark = pytest.mark.verl
@@ -94,7 +95,7 @@ def _verl_loss_input(batch, prompts, responses, mask):
         "old_log_probs": batch.batch["old_log_probs"],
         "advantages": batch.batch["advantages"],
     }
-    for key in (names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN):
+    for key in (EDA_GROUP_ENTROPY_COLUMN, EDA_RATIO_COLUMN):
         if key in batch.batch.keys():
             tensors[key] = batch.batch[key]
     data = TensorDict(tensors, batch_size=[len(UIDS)])
@@ -210,7 +211,7 @@ def test_the_columns_are_laid_on_response_tokens_only(tiny):
     with torch.no_grad():
         _, _, old_logp, old_entropy = _forward(model, prompts, responses, mask)
     batch = _advantage_batch(old_logp, old_entropy, mask, True)
-    for key in (names.EDA_GROUP_ENTROPY_COLUMN, names.EDA_RATIO_COLUMN):
+    for key in (EDA_GROUP_ENTROPY_COLUMN, EDA_RATIO_COLUMN):
         column = batch.batch[key]
         assert torch.all(column[mask == 0] == 0) and torch.all(column[mask == 1] > 0)
-    assert batch.meta_info[names.EDA_OPTIONS_KEY] == {"entropy_epsilon": 1e-6, "ratio_clamp": None}
+    assert batch.meta_info[EDA_OPTIONS_KEY] == {"entropy_epsilon": 1e-6, "ratio_clamp": None}

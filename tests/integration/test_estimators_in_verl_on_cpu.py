@@ -12,7 +12,7 @@ from verl.trainer.ppo.v1 import utils as v1_utils
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.group_stats import group_index_from_uids
 from edge_verl.integration import estimators
-from edge_verl import names
+from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY
 from edge_verl.integration.run import TrainingRun, active_run
 
 pytestmark = pytest.mark.verl
@@ -78,15 +78,15 @@ def test_edge_eda_metrics_are_handed_back_with_the_batch():
     with _in_run(_config(), "edge_eda"):
         out = ray_trainer.compute_advantage(_data(), adv_estimator="edge_eda", config=_config())
     for key in ("zero_variance_group_frac", "adv_var_before", "adv_var_after", "max_abs_adv", "entropy_ratio_min", "entropy_ratio_max"):
-        assert f"edge_verl/edge_eda/{key}" in out.meta_info[names.STEP_METRICS_KEY]
-    assert not any(key.startswith("edge_verl/adv/") for key in out.meta_info[names.STEP_METRICS_KEY])  # not asked for
+        assert f"edge_verl/edge_eda/{key}" in out.meta_info[STEP_METRICS_KEY]
+    assert not any(key.startswith("edge_verl/adv/") for key in out.meta_info[STEP_METRICS_KEY])  # not asked for
 
 
 @pytest.mark.parametrize("estimator, after", [("edge_eda", "adv_var_after"), ("gepo", "adv_var_after")])
 def test_asked_for_advantage_statistics_agree_with_the_estimators_own(estimator, after):
     config = _config(edge_metrics={"advantage_stats": True})
     with _in_run(config, estimator):
-        metrics = ray_trainer.compute_advantage(_data(seed=4), adv_estimator=estimator, config=config).meta_info[names.STEP_METRICS_KEY]
+        metrics = ray_trainer.compute_advantage(_data(seed=4), adv_estimator=estimator, config=config).meta_info[STEP_METRICS_KEY]
     assert metrics["edge_verl/adv/var"] == pytest.approx(metrics[f"edge_verl/{estimator}/{after}"], rel=1e-5)
     assert metrics["edge_verl/adv/zero_variance_group_frac"] == metrics[f"edge_verl/{estimator}/zero_variance_group_frac"]
 
@@ -95,7 +95,7 @@ def test_gepo_through_verl_updates_the_runs_thresholds_once_per_call_and_reports
     config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2})
     with _in_run(config, "gepo") as run:
         ray_trainer.compute_advantage(_data(seed=1), adv_estimator="gepo", config=config)
-        metrics = ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config).meta_info[names.STEP_METRICS_KEY]
+        metrics = ray_trainer.compute_advantage(_data(seed=2), adv_estimator="gepo", config=config).meta_info[STEP_METRICS_KEY]
     assert run.state.num_updates == 2
     assert metrics["edge_verl/gepo/h_low"] == pytest.approx(run.state.h_low)
     assert metrics["edge_verl/gepo/ema_updates"] == 2
@@ -158,7 +158,7 @@ def test_grpo_is_left_to_verl():
     data = _data()
     with _in_run(_config(), "grpo"):
         out = ray_trainer.compute_advantage(data, adv_estimator="grpo", config=_config())
-    assert "advantages" in out.batch.keys() and names.STEP_METRICS_KEY not in out.meta_info
+    assert "advantages" in out.batch.keys() and STEP_METRICS_KEY not in out.meta_info
 
 
 @pytest.mark.parametrize("estimator", ["edge_eda", "gepo"])
@@ -173,7 +173,7 @@ def test_step_metrics_equal_slow_references(estimator):
     config = _config(gepo={"alpha_low": 0.5, "alpha_high": 0.2}) if estimator == "gepo" else _config()
     with _in_run(config, estimator):
         out = ray_trainer.compute_advantage(data, adv_estimator=estimator, config=config)
-    metrics = {key.rsplit("/", 1)[1]: value for key, value in out.meta_info[names.STEP_METRICS_KEY].items() if f"/{estimator}/" in key}
+    metrics = {key.rsplit("/", 1)[1]: value for key, value in out.meta_info[STEP_METRICS_KEY].items() if f"/{estimator}/" in key}
     scores = data.batch["token_level_rewards"].sum(-1)
     group_index, num_groups, is_pad = group_index_from_uids(data.non_tensor_batch["uid"])
     valid, mask = ~is_pad, data.batch["response_mask"]

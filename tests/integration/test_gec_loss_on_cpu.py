@@ -21,10 +21,10 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.config.actor import PolicyLossConfig
 from verl.workers.utils import losses
 
-from edge_verl.algorithms.gec import ORIGINS
-from edge_verl.algorithms.gec_loss import finish_origin_metrics
+from edge_verl.algorithms.gec import ORIGINS, finish_origin_metrics
 from edge_verl import names
-from edge_verl.integration.trainer_hooks import finish_gec_actor_metrics
+from edge_verl.integration.estimators import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
+from edge_verl.integration.trainer import finish_gec_actor_metrics
 
 pytestmark = pytest.mark.verl
 
@@ -74,9 +74,9 @@ def _loss(log_prob, old_log_prob, injected_loss="surrogate", sft_coef=1.0, confi
     non_tensors = {names.GEC_LOSS_OPTIONS_KEY: options}
     model_output = {"log_probs": _flat(log_prob)}
     if entropy is not None:
-        tensors[names.EDA_GROUP_ENTROPY_COLUMN] = mask.clone()
-        tensors[names.EDA_RATIO_COLUMN] = mask.clone()
-        non_tensors[names.EDA_OPTIONS_KEY] = {"entropy_epsilon": 1e-6, "ratio_clamp": None}
+        tensors[EDA_GROUP_ENTROPY_COLUMN] = mask.clone()
+        tensors[EDA_RATIO_COLUMN] = mask.clone()
+        non_tensors[EDA_OPTIONS_KEY] = {"entropy_epsilon": 1e-6, "ratio_clamp": None}
         model_output["entropy"] = _flat(entropy)
     data = TensorDict(tensors, batch_size=[3])
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=N_TOKENS, global_batch_size=3, **non_tensors)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from edge_verl.data import make_row, write_parquet
-from edge_verl.integration.preflight import PreflightFailed, compose_verl_config, preflight, preflight_or_exit, run_identity_of
+from edge_verl.cli import compose_verl_config, run_identity_of
+from edge_verl.integration.run import PreflightFailed, preflight, preflight_or_exit
 from edge_verl.run_identity import IDENTITY_FILE
 
 pytestmark = pytest.mark.verl
@@ -142,7 +143,7 @@ def test_an_as_gold_placebo_refusal_says_why_and_how_to_fix_it_and_graded_needs_
     # so does gold: the default as_gold is not read there
     assert preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "reward.reward_manager.name=dapo")).gec.answer_source == "gold"
     # the agent loop's setup runs the same check on the worker's config
-    from edge_verl.integration.preflight import check_gec_supported
+    from edge_verl.integration.run import check_gec_supported
 
     with pytest.raises(ValueError, match="name='dapo'"):
         check_gec_supported(_config(tmp_path, *dapo))
@@ -189,7 +190,7 @@ def test_cli_records_the_identity_only_after_the_checks_pass(tmp_path, capsys):
 
 def test_the_validate_config_hook_is_in_the_plugins_table():
     from edge_verl.integration.internals import CORE, PATCH_MARK
-    from edge_verl.integration.trainer_hooks import HOOKS
+    from edge_verl.integration.plugin import HOOKS
 
     assert "validate_config" in CORE.patched["verl.utils.config"]
     assert "verl.utils.config" in HOOKS

@@ -16,11 +16,12 @@ from verl import DataProto
 from verl.trainer.ppo.v1 import trainer_base
 
 from edge_verl.algorithms.gec import decision_rng
-from edge_verl.integration import preflight, trainer_hooks
 from edge_verl import names
+from edge_verl.integration import estimators, run as runs
 from edge_verl.integration.gec_agent_loop import sample_index
+from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step
-from edge_verl.integration.trainer_hooks import LegacyAdapter, V1Adapter
+from edge_verl.integration.trainer import V1Adapter
 
 pytestmark = pytest.mark.verl
 
@@ -118,8 +119,8 @@ def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_pat
     metrics = {}
     assert adapter.compute_advantage(original)(trainer, _BATCH, metrics) is _BATCH
     adapter.compute_metrics(original)(trainer, _BATCH, metrics, {}, 1, 0)
-    trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
-    assert trainer_hooks.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
+    runs.wrap_save_checkpoint(lambda self: None)(trainer)
+    assert runs.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
     assert tq.gets == tq.puts == [] and len(called) == 2 and metrics == {}
     assert list(tmp_path.iterdir()) == []
 
@@ -136,9 +137,9 @@ def test_gepo_with_pooled_log_probs_fetches_nothing_extra_and_saves_its_threshol
     tq = _TransferQueue()
     trainer = _trainer(_config("gepo", tmp_path=tmp_path))
     V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, _BATCH, {})
-    trainer_hooks._make_save_checkpoint(lambda self: None)(trainer)
+    runs.wrap_save_checkpoint(lambda self: None)(trainer)
     assert tq.gets == tq.puts == []
-    assert (tmp_path / "global_step_1" / names.STATE_FILE).exists()
+    assert (tmp_path / "global_step_1" / runs.STATE_FILE).exists()
 
 
 def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
@@ -167,44 +168,44 @@ GEC_ROWS = [names.GEC_AGENT_LOOP] * 3
 
 
 def test_gec_on_with_gec_rows_starts():
-    run = trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS))
+    run = runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS))
     assert run.gec_enabled and run.uses_plugin_estimator
 
 
 def test_gec_on_but_no_gec_rows_in_the_training_data_is_an_error():
     with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True})))
+        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True})))
     with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=["single_turn_agent"]))
+        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=["single_turn_agent"]))
 
 
 @pytest.mark.parametrize("gec", [None, {"seed": 3}, {"enable": False}])
 def test_gec_rows_in_the_data_without_the_switch_is_an_error(gec):
     with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
+        runs.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
 
 
 def test_a_plain_run_is_not_inspected_even_with_gec_rows():
     # Nothing of the plugin's asked for: no run, no check of its data (the edge_gec loop itself refuses to
     # run with GEC off, tests/integration/test_gec_agent_loop_on_cpu.py).
-    assert trainer_hooks.start_run(_trainer(_config("grpo"), train=GEC_ROWS)) is None
+    assert runs.start_run(_trainer(_config("grpo"), train=GEC_ROWS)) is None
 
 
 def test_gec_with_rollout_log_probs_is_an_error():
     with pytest.raises(ValueError, match="calculate_log_probs=False"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}, calculate_log_probs=True), train=GEC_ROWS))
+        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}, calculate_log_probs=True), train=GEC_ROWS))
 
 
 def test_gec_rows_in_validation_data_or_as_default_loop_are_errors():
     with pytest.raises(ValueError, match="validation must never be corrected"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS, val=GEC_ROWS))
+        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS, val=GEC_ROWS))
     with pytest.raises(ValueError, match="default_agent_loop=edge_gec"):
-        trainer_hooks.start_run(_trainer(_config("edge_eda", gec={"enable": True}, default_agent_loop="edge_gec"), train=GEC_ROWS))
+        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}, default_agent_loop="edge_gec"), train=GEC_ROWS))
 
 
 def test_bad_gec_option_is_reported_before_the_first_rollout():
     with pytest.raises(ValueError, match="edge_gec.scope='all'"):
-        trainer_hooks.start_run(_trainer(_config("grpo", gec={"scope": "all"})))
+        runs.start_run(_trainer(_config("grpo", gec={"scope": "all"})))
 
 
 # --- sample numbering survives any split across agent-loop workers -------------------------------------------
@@ -290,13 +291,13 @@ def test_legacy_advantage_stats_for_verl_grpo_when_asked_and_only_then():
 
     with active_run(TrainingRun.from_config(OmegaConf.create(ASKED))):
         out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
-    assert out.meta_info[names.STEP_METRICS_KEY]["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
-    assert out.meta_info[names.STEP_METRICS_KEY]["edge_verl/adv/zero_variance_group_frac"] == 0.5
+    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/var"] == pytest.approx(3 / 7, rel=1e-5)
+    assert out.meta_info[STEP_METRICS_KEY]["edge_verl/adv/zero_variance_group_frac"] == 0.5
     plain = TrainingRun.from_config(GRPO)
     assert not plain.opens_advantage_step
     with active_run(plain):
         out = ray_trainer.compute_advantage(_grpo_batch(), "grpo", num_repeat=4, config=GRPO)
-    assert names.STEP_METRICS_KEY not in out.meta_info
+    assert STEP_METRICS_KEY not in out.meta_info
 
 
 def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
@@ -308,7 +309,7 @@ def test_v1_advantage_stats_join_the_step_the_v1_adapter_opened():
     # 1 correct of 8 responses; group b has no correct response (all-wrong), no group is all-right
     outcomes = {key: step.metrics[f"edge_verl/adv/{key}"] for key in ("score_mean", "correct_frac", "all_wrong_group_frac", "all_right_group_frac")}
     assert outcomes == {"score_mean": 0.125, "correct_frac": 0.125, "all_wrong_group_frac": 0.5, "all_right_group_frac": 0.0}
-    assert names.STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
+    assert STEP_METRICS_KEY not in out.meta_info  # v1: the adapter puts the step's metrics into verl's
 
 
 def test_legacy_per_source_statistics_split_the_batch_by_its_data_source_column():
@@ -319,7 +320,7 @@ def test_legacy_per_source_statistics_split_the_batch_by_its_data_source_column(
     batch.batch["old_log_probs"] = torch.full((8, 3), -0.25)
     with active_run(TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo", "edge_metrics": {"per_source": True}}))):
         out = ray_trainer.compute_advantage(batch, "grpo", num_repeat=4, config=GRPO)
-    metrics = out.meta_info[names.STEP_METRICS_KEY]
+    metrics = out.meta_info[STEP_METRICS_KEY]
     assert metrics["edge_verl/by_source/x/score_mean"] == 0.25 and metrics["edge_verl/by_source/y/score_mean"] == 0.0
     assert metrics["edge_verl/by_source/x/all_wrong_group_frac"] == 0.0 and metrics["edge_verl/by_source/y/all_wrong_group_frac"] == 1.0
     assert metrics["edge_verl/by_source/x/sampled_entropy"] == pytest.approx(0.25)  # -log pi_old of every sampled token
@@ -369,8 +370,8 @@ def test_bad_metrics_option_is_reported():
 )
 def test_grader_metrics_are_on_when_the_run_grades_with_edge_verls_reward(reward, expected):
     config = OmegaConf.merge(_config("grpo"), OmegaConf.create(reward))
-    assert preflight.uses_edge_reward(config) is expected
-    assert preflight.check_run_config(config).grader_metrics is expected
+    assert runs.uses_edge_reward(config) is expected
+    assert runs.check_run_config(config).grader_metrics is expected
 
 
 def test_v1_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
@@ -419,8 +420,8 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
         from edge_verl.integration.run import current_step
 
         step = current_step()
-        step.loss_columns = {names.EDA_GROUP_ENTROPY_COLUMN: 0.7 * mask, names.EDA_RATIO_COLUMN: 1.3 * mask}
-        step.loss_options = {names.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
+        step.loss_columns = {estimators.EDA_GROUP_ENTROPY_COLUMN: 0.7 * mask, estimators.EDA_RATIO_COLUMN: 1.3 * mask}
+        step.loss_options = {estimators.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
         return batch
 
     tq = _TransferQueue(entropy=_nested([0.5, 0.5], [0.5, 0.5, 0.5]), response_mask=_nested([1, 1], [1, 1, 1]))
@@ -429,12 +430,12 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
     result = V1Adapter(tq).compute_advantage(original)(trainer, batch, {})
     ((keys, partition, fields),) = tq.puts
     assert keys == ["k0", "k1"] and partition == "train" and isinstance(fields, TensorDict)
-    column = fields[names.EDA_GROUP_ENTROPY_COLUMN]
+    column = fields[estimators.EDA_GROUP_ENTROPY_COLUMN]
     assert column.is_nested  # laid on each row's response length, as verl stores the advantages
     first, second = column.unbind()
     torch.testing.assert_close(first, torch.tensor([0.7, 0.7]))
     torch.testing.assert_close(second, torch.tensor([0.7, 0.7, 0.7]))
-    assert result.extra_info == {"temperature": 1.0, names.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
+    assert result.extra_info == {"temperature": 1.0, estimators.EDA_OPTIONS_KEY: {"entropy_epsilon": 1e-6, "ratio_clamp": None}}
 
 
 def test_an_update_without_the_loss_hooks_metric_stops_a_gradient_form_run():
@@ -456,15 +457,15 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
     config.algorithm.edge_eda = {"entropy_gradient": True}
     config.actor_rollout_ref.actor = {"calculate_entropy": False, "entropy_coeff": 0.0}
     with pytest.raises(ValueError, match="calculate_entropy=True"):
-        preflight.check_run_config(config)
+        runs.check_run_config(config)
     config.actor_rollout_ref.actor.calculate_entropy = True
-    assert preflight.check_run_config(config).options.entropy_gradient
+    assert runs.check_run_config(config).options.entropy_gradient
 
 
 def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():
     from omegaconf import OmegaConf
 
-    from edge_verl.integration.trainer_hooks import check_loss_hook_ran
+    from edge_verl.integration.run import check_loss_hook_ran
 
     def run(**algorithm):
         return TrainingRun.from_config(OmegaConf.create(algorithm))
