@@ -6,7 +6,9 @@ from edge_verl.cli import main
 import subprocess
 import sys
 
-from edge_verl.integration.cpu.overrides import CPU_OVERRIDES, backend_of_config, cpu_environment, cpu_overrides, keep_bytecode
+from edge_verl.integration.cpu.overrides import (
+    CPU_OVERRIDES, UNUSED_ENV, UNUSED_ON_FSDP, backend_of_config, cpu_environment, cpu_overrides, keep_bytecode,
+)
 
 
 def keys(overrides):
@@ -44,6 +46,28 @@ def test_the_vllm_rollout_swaps_only_the_rollout_keys(backend):
 def test_the_cpu_environment_sizes_vllms_kv_cache_unless_set():
     assert cpu_environment({})["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert cpu_environment({"VLLM_CPU_KVCACHE_SPACE": "4"})["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_the_cpu_environment_names_the_packages_to_hide_unless_the_caller_did():
+    assert UNUSED_ENV not in cpu_environment({})
+    assert cpu_environment({}, unused=("megatron", "vllm"))[UNUSED_ENV] == "megatron,vllm"
+    # the caller's value wins, "" included: a run that wants every installed package importable
+    assert cpu_environment({UNUSED_ENV: ""}, unused=("megatron",))[UNUSED_ENV] == ""
+    # an FSDP run uses neither Megatron nor, with the HF rollout, vLLM; with vLLM's rollout only Megatron is spare
+    assert UNUSED_ON_FSDP == {"hf": ("megatron", "mbridge", "vllm"), "vllm": ("megatron", "mbridge")}
+
+
+def test_hidden_packages_are_unimportable_and_not_found_in_the_run_s_processes():
+    # what the CPU plugin does at `import verl` (cpu/plugin.py), in a fresh process without verl: json stands
+    # in for a package the run does not use
+    code = (
+        "import importlib.util, os, sys; os.environ['EDGE_VERL_CPU_UNUSED'] = 'json, nosuch'; "
+        "from edge_verl.integration.cpu.plugin import hide_unused_packages; hide_unused_packages(); "
+        "assert importlib.util.find_spec('json') is None\n"
+        "try:\n    import json.decoder\nexcept ModuleNotFoundError:\n    print('hidden')"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert completed.stdout.strip() == "hidden", completed.stderr[-2000:]
 
 
 def test_a_run_keeps_its_bytecode_in_a_cache_folder_where_the_caller_forbids_writing_it(tmp_path):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_verl_lab.demo import task
-from edge_verl.integration.cpu.overrides import ROLLOUTS, cpu_environment, cpu_overrides
+from edge_verl.integration.cpu.overrides import ROLLOUTS, UNUSED_ON_FSDP, cpu_environment, cpu_overrides
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
 # Methods of edge_verl/methods.py the demo runs: the four headline ones first (edge_eda: the name of EDA
@@ -365,9 +365,10 @@ def trained_steps(rows: list[dict]) -> list[dict]:
     return [row for row in rows if any(key.startswith(("critic/", "actor/")) for key in row)]
 
 
-def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout) -> int:
-    """Run verl's main_ppo with the CPU backend; full output goes to ``out/verl.log``, progress to ``stream``."""
-    env = cpu_environment()
+def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout, rollout: str = "hf") -> int:
+    """Run verl's main_ppo with the CPU backend (FSDP, ``rollout``; the packages such a run never uses hidden
+    from its processes, ``UNUSED_ON_FSDP``); full output goes to ``out/verl.log``, progress to ``stream``."""
+    env = cpu_environment(unused=UNUSED_ON_FSDP[rollout])
     env["VERL_FILE_LOGGER_PATH"] = str((out / "verl_metrics.jsonl").resolve())
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")
@@ -501,7 +502,7 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
         f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.rollout} rollout, "
         f"{config.steps} steps, out={config.out}\n"
     )
-    returncode = run_main_ppo(overrides, config.out, stream)
+    returncode = run_main_ppo(overrides, config.out, stream, config.rollout)
     rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}
     if rows:

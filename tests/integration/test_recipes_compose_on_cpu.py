@@ -142,6 +142,7 @@ FSDP_CPU_SET = {
     "ray_kwargs.ray_init.num_cpus=32",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     "+ray_kwargs.ray_init.num_gpus=1",
+    "+ray_kwargs.ray_init.include_dashboard=False",
     "trainer.n_gpus_per_node=1",
     "trainer.nnodes=1",
     "trainer.device=cpu",

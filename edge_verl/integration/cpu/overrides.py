@@ -29,6 +29,9 @@ COMMON_OVERRIDES: tuple[str, ...] = (
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     # verl schedules workers on a Ray "GPU" resource; the CPU platform answers for it.
     "+ray_kwargs.ray_init.num_gpus=1",
+    # Ray's dashboard: a server and an agent process, started with the cluster and busy while the run's own
+    # processes start, that a CPU run never looks at (scripts/bench_startup.py measures what it costs).
+    "+ray_kwargs.ray_init.include_dashboard=False",
     "trainer.n_gpus_per_node=1",
     "trainer.nnodes=1",
     "trainer.device=cpu",
@@ -142,9 +145,23 @@ def backend_of_config(config_name: str) -> str:
     return BACKEND_CONFIG_NAMES[name]
 
 
-def cpu_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this process's environment) plus the variables a CPU verl run needs."""
+# The packages that verl 0.9.1 imports in every process whether the run uses them or not (its engine registry
+# imports megatron-core and mbridge, its checkpoint engines vLLM), by the rollout they are not used with on
+# the FSDP backend: a CPU environment with the Megatron and vLLM paths installed (scripts/setup.sh) pays
+# their import in the driver, the TaskRunner, the actor worker and the agent loop, each on a run's critical
+# path. ``EDGE_VERL_CPU_UNUSED`` (comma-separated top-level packages) hides them from every process of the
+# run (``cpu/plugin.py``: ``sys.modules[name] = None``, so ``import`` raises ModuleNotFoundError and
+# ``importlib.util.find_spec`` answers None, as where they are not installed); empty hides nothing.
+UNUSED_ENV = "EDGE_VERL_CPU_UNUSED"
+UNUSED_ON_FSDP = {"hf": ("megatron", "mbridge", "vllm"), "vllm": ("megatron", "mbridge")}
+
+
+def cpu_environment(base: dict[str, str] | None = None, unused: tuple[str, ...] = ()) -> dict[str, str]:
+    """``base`` (default: this process's environment) plus the variables a CPU verl run needs; ``unused``:
+    packages to hide from the run's processes (``UNUSED_ENV``; a value already in ``base`` wins)."""
     env = dict(os.environ if base is None else base)
+    if unused:
+        env.setdefault(UNUSED_ENV, ",".join(unused))
     env[CPU_ENV_FLAG] = "1"
     env["VERL_PLATFORM"] = "cpu"
     env.setdefault("VERL_ENGINE_DEVICE", "cuda")

@@ -4,12 +4,21 @@ process when, and only when, it runs with ``EDGE_VERL_CPU=1`` (see ``edge_verl.i
 from __future__ import annotations
 
 import os
+import sys
 
-from edge_verl.integration.cpu.overrides import cpu_backend_requested
+from edge_verl.integration.cpu.overrides import UNUSED_ENV, cpu_backend_requested
+
+
+def hide_unused_packages() -> None:
+    """``EDGE_VERL_CPU_UNUSED``: the packages this run does not use, made unimportable in this process
+    before verl imports them (see ``overrides.UNUSED_ENV``); a package already imported stays."""
+    for name in filter(None, (part.strip() for part in os.environ.get(UNUSED_ENV, "").split(","))):
+        sys.modules.setdefault(name, None)
 
 
 def register_cpu_backend() -> None:
     """CPU platform (gloo) + HF rollout in verl's registries; Megatron's CPU adaptations when its engine is built."""
+    hide_unused_packages()
     os.environ.setdefault("VERL_PLATFORM", "cpu")
     # verl's engine registry keys the FSDP engine by device "cuda"; the engine itself follows the platform.
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
