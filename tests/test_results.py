@@ -326,12 +326,14 @@ def test_each_seed_s_calibration_is_on_the_page():
 
 
 def test_the_reflect_controls_share_the_default_study_s_runs():
-    # the controls page reuses the default study's GRPO and EDA runs (same folder, same identity): the files are
-    # the same bytes, and only EDA's detached form was trained for it
-    controls = _json(CONTROLS_PAGE / "report.json")
-    assert controls["study"]["seeds"] == _json(PAGE / "report.json")["study"]["seeds"]
-    shared = sorted(run.name for run in (CONTROLS_PAGE / "runs").iterdir() if not run.name.startswith("eda_detached_"))
-    assert shared and all(name.startswith(("grpo_", "eda_seed")) for name in shared)
+    # the controls page reuses every run of the default study (same folder, same identity): the files are the
+    # same bytes, and only the controls' own arms were trained for it
+    controls, default = _json(CONTROLS_PAGE / "report.json"), _json(PAGE / "report.json")
+    assert controls["study"]["seeds"] == default["study"]["seeds"]
+    assert set(default["study"]["methods"]) < set(controls["study"]["methods"])
+    runs = {run.name: run.name.rsplit("_seed", 1)[0] for run in (CONTROLS_PAGE / "runs").iterdir()}
+    shared = sorted(name for name, method in runs.items() if method in default["study"]["methods"])
+    assert shared == sorted(run.name for run in (PAGE / "runs").iterdir())
     for name in shared:
         for file in ("metrics.jsonl", "exact_eval.json", "command.txt"):
             assert (CONTROLS_PAGE / "runs" / name / file).read_bytes() == (PAGE / "runs" / name / file).read_bytes(), (name, file)
