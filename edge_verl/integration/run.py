@@ -39,7 +39,7 @@ import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -47,6 +47,9 @@ from omegaconf import OmegaConf
 from edge_verl import names
 from edge_verl.algorithms.gec import PlaceboProblem
 from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig
+
+if TYPE_CHECKING:  # the table's module imports this one at run time
+    from edge_verl.integration.estimators import Estimator
 
 STATE_FILE = "edge_verl_state.json"
 EXIT_CODE = 2
@@ -148,8 +151,8 @@ class TrainingRun:
         )
 
     @property
-    def entry(self) -> Any:
-        """The estimator's ``estimators.Estimator`` entry (None for verl's own estimators)."""
+    def entry(self) -> Optional["Estimator"]:
+        """The estimator's table entry (None for verl's own estimators)."""
         return _estimators().get(self.estimator) if self.options is not None else None
 
     @property
