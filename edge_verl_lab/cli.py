@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_study_parser(commands, trainers) -> None:
     from edge_verl_lab.demo.task import TASK_NAMES
     from edge_verl_lab.study.runner import DEFAULT_METHODS, DEFAULT_SEEDS, DEFAULT_TASK, STUDY_METHODS, StudyConfig
+    from edge_verl_lab.study.cluster import DEFAULT_JOBS
 
     defaults = StudyConfig()
     study = commands.add_parser(
@@ -96,6 +97,9 @@ def _add_study_parser(commands, trainers) -> None:
     study.add_argument("--continuation-tokens", type=int, default=defaults.continuation_tokens,
                        help=f"GEC's regenerate budget in tokens (default {defaults.continuation_tokens})")
     study.add_argument("--out", type=Path, default=defaults.out, help=f"output folder (default {defaults.out})")
+    study.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                       help=f"runs training at a time, all on one Ray cluster (default {DEFAULT_JOBS}: two runs fill 2 cores that one "
+                       "leaves half idle; the results do not depend on it)")
     study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
     study.add_argument("--export", type=Path, default=None, metavar="DIR",
@@ -155,7 +159,7 @@ def _study(args: argparse.Namespace) -> int:
             write_report(config)
             print(f"report: {config.out / 'report.md'}")
         else:
-            run_study(config, dry_run=args.dry_run)
+            run_study(config, dry_run=args.dry_run, jobs=args.jobs)
     except (ValueError, StudyError) as error:
         print(f"edge-verl study: {error}", file=sys.stderr)
         return 2 if isinstance(error, ValueError) else 1

@@ -114,3 +114,22 @@ def test_cli_prints_the_set_of_the_config_and_refuses_contradictions(capsys):
     assert main(["cpu-overrides", "--backend", "fsdp", "--config-name", "ppo_megatron_trainer"]) == 2
     assert "contradicts" in capsys.readouterr().err
 
+
+
+def test_a_run_joining_a_cluster_drops_the_cluster_s_sizes_and_carries_its_own_variables():
+    from edge_verl.integration.cpu.overrides import CLUSTER_START_KEYS, connect_overrides
+
+    joined = connect_overrides(cpu_overrides("fsdp"), "10.0.0.7:6380", {"VERL_FILE_LOGGER_PATH": "/runs/a/verl_metrics.jsonl"})
+    keys = [item.split("=", 1)[0] for item in joined]
+    assert not set(CLUSTER_START_KEYS) & set(keys)  # Ray refuses num_cpus / num_gpus when connecting
+    assert "+ray_kwargs.ray_init.address=10.0.0.7:6380" in joined
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=/runs/a/verl_metrics.jsonl" in joined
+    # every other override is kept, in order
+    assert [item for item in cpu_overrides("fsdp") if item.split("=", 1)[0] not in CLUSTER_START_KEYS] == joined[:-2]
+    # and the set still parses as Hydra overrides (an address holds a colon)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = {item.key_or_group: item.value() for item in OverridesParser.create().parse_overrides(joined)}
+    assert parsed["ray_kwargs.ray_init.address"] == "10.0.0.7:6380"
+    with pytest.raises(ValueError, match="empty Ray address"):
+        connect_overrides(cpu_overrides("fsdp"), "")

@@ -366,3 +366,72 @@ def test_eda_s_detached_form_is_a_study_row_of_its_own(tmp_path):
     assert columns["reward_sampled"].metric_for("edge_detached") == "edge_verl/gec/sampled/score_mean"
     with pytest.raises(ValueError, match="not an RL method the study can run; allowed: .*eda_detached, edge_detached"):
         StudyConfig(out=tmp_path, methods=("grpo", "sft"))
+
+
+def _scheduled(monkeypatch, tmp_path, jobs, fail=()):
+    """Run ``runner._run_all`` over a 2-method x 3-seed study with ``run_one`` replaced by a recorder that holds each
+    run for a moment; returns (the runs in start order, the most running at once, the addresses runs got, failure)."""
+    import threading
+    import time
+
+    from edge_verl_lab.study import runner
+
+    config = StudyConfig(out=tmp_path, methods=("grpo", "gepo"), seeds=(1, 2, 3), steps=4, **VERL)
+    started, running, most, addresses, lock = [], [0], [0], set(), threading.Lock()
+
+    def fake_run_one(config, method, seed, stream, ray_address=None, seed_lock=None):
+        with lock:
+            started.append((method, seed))
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            addresses.add(ray_address)
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        if (method, seed) in fail:
+            raise StudyError(f"{method} {seed} failed")
+        return {}
+
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    stream = __import__("io").StringIO()
+    failure = runner._run_all(config, config.runs(), jobs, "127.0.0.1:6379", stream, time.time())
+    return started, most[0], addresses, failure, stream.getvalue()
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_the_study_runs_jobs_runs_at_a_time_in_run_order_on_its_cluster(monkeypatch, tmp_path, jobs):
+    started, most, addresses, failure, progress = _scheduled(monkeypatch, tmp_path, jobs)
+    assert failure is None and most == jobs and addresses == {"127.0.0.1:6379"}
+    # started in the study's run order (seed by seed), every run once
+    assert started == [(m, s) for s in (1, 2, 3) for m in ("grpo", "gepo")]
+    assert progress.count("/6] ") == 6
+
+
+def test_after_a_failed_run_no_new_run_starts_and_the_first_failure_is_returned(monkeypatch, tmp_path):
+    started, _, _, failure, _ = _scheduled(monkeypatch, tmp_path, 2, fail={("grpo", 1)})
+    assert isinstance(failure, StudyError) and "grpo 1 failed" in str(failure)
+    # grpo_seed1 and gepo_seed1 started together; gepo_seed1 finished; nothing after the failure started
+    assert started[:2] == [("grpo", 1), ("gepo", 1)] and len(started) <= 3
+
+
+def test_the_number_of_runs_at_a_time_is_validated(tmp_path):
+    from edge_verl_lab.study.runner import run_study
+
+    config = StudyConfig(out=tmp_path, methods=("grpo",), seeds=(1,), steps=4, **VERL)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="jobs="):
+            run_study(config, dry_run=True, jobs=bad)
+    assert main(["study", "--out", str(tmp_path), "--jobs", "0", "--dry-run"]) == 2
+
+
+def test_a_demo_run_joins_a_running_cluster_only_when_given_its_address(tmp_path):
+    paths = {"train": tmp_path / "train.parquet", "val": tmp_path / "val.parquet", "model": tmp_path / "model"}
+    alone = build_overrides(DemoConfig(out=tmp_path), paths)
+    assert "ray_kwargs.ray_init.num_cpus=32" in alone and not any("ray_init.address" in item for item in alone)
+    joined = build_overrides(DemoConfig(out=tmp_path, ray_address="127.0.0.1:6379"), paths)
+    assert "+ray_kwargs.ray_init.address=127.0.0.1:6379" in joined and "ray_kwargs.ray_init.num_cpus=32" not in joined
+    # verl's file logger runs in the TaskRunner, a worker: its path travels in the run's job, not the driver's env
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={(tmp_path / 'verl_metrics.jsonl').resolve()}" in joined
+    for bad in ("", "localhost", 6379):
+        with pytest.raises(ValueError, match="ray_address"):
+            DemoConfig(out=tmp_path, ray_address=bad)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_verl_lab.demo import task
-from edge_verl.integration.cpu.overrides import ROLLOUTS, UNUSED_ON_FSDP, cpu_environment, cpu_overrides
+from edge_verl.integration.cpu.overrides import ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
 # Methods of edge_verl/methods.py the demo runs: the four headline ones first (edge_eda: the name of EDA
@@ -124,6 +124,9 @@ class DemoConfig:
     # Save the actor's HF weights after the last step (``checkpoints/global_step_<steps>/actor/huggingface``),
     # for an evaluation outside verl; saved with verl's resumable checkpoint of that step.
     save_final_weights: bool = False
+    # Join this running Ray cluster (``host:port``) instead of starting one: the study runs all its runs on one
+    # cluster (``edge_verl_lab/study/cluster.py``), which must run with the CPU environment. None: start one.
+    ray_address: str | None = None
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -136,6 +139,8 @@ class DemoConfig:
             raise ValueError(f"eda_form={self.eda_form!r}; allowed: {', '.join(EDA_FORMS)}")
         if self.rollout not in ROLLOUTS:
             raise ValueError(f"rollout={self.rollout!r}; allowed: {', '.join(ROLLOUTS)}")
+        if self.ray_address is not None and (not isinstance(self.ray_address, str) or ":" not in self.ray_address):
+            raise ValueError(f"ray_address={self.ray_address!r}: a running Ray cluster's host:port, or None to start one")
         if self.attention_heads is None:
             self.attention_heads = ROLLOUT_ATTENTION_HEADS[self.rollout]
         if self.sample_tokens is None:
@@ -317,10 +322,24 @@ def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
         f"trainer.default_local_dir={config.out / 'checkpoints'}",
         "trainer.project_name=edge_verl_demo",
         f"trainer.experiment_name={config.algorithm}_{config.trainer}",
-        *cpu_overrides("fsdp", rollout=config.rollout),
+        *ray_overrides(config),
         *config.extra_overrides,
     ]
     return overrides
+
+
+def verl_metrics_log(out: Path) -> Path:
+    """Where verl's file logger writes a run's records (``VERL_FILE_LOGGER_PATH``)."""
+    return (out / "verl_metrics.jsonl").resolve()
+
+
+def ray_overrides(config: DemoConfig) -> list[str]:
+    """The CPU backend's overrides; joining ``config.ray_address`` when set (the run's metrics log then travels in
+    the job's runtime env: its workers inherit the cluster's environment, not the driver's)."""
+    overrides = cpu_overrides("fsdp", rollout=config.rollout)
+    if config.ray_address is None:
+        return list(overrides)
+    return connect_overrides(overrides, config.ray_address, {"VERL_FILE_LOGGER_PATH": str(verl_metrics_log(config.out))})
 
 
 # What a checkpoint holds when the run saves its final weights: verl's resumable state and the HF weights.
@@ -369,7 +388,7 @@ def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout, rollout: st
     """Run verl's main_ppo with the CPU backend (FSDP, ``rollout``; the packages such a run never uses hidden
     from its processes, ``UNUSED_ON_FSDP``); full output goes to ``out/verl.log``, progress to ``stream``."""
     env = cpu_environment(unused=UNUSED_ON_FSDP[rollout])
-    env["VERL_FILE_LOGGER_PATH"] = str((out / "verl_metrics.jsonl").resolve())
+    env["VERL_FILE_LOGGER_PATH"] = str(verl_metrics_log(out))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")
     with open(out / "verl.log", "w") as log:

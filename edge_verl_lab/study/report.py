@@ -51,6 +51,29 @@ from edge_verl_lab.study.verdict import CONTRAST_HEADER, GATE_MARGIN, baseline_g
 
 CONFIDENCE = 0.95
 FORMAT = 1
+# One line per invocation of ``edge-verl study`` that trained or evaluated a run: its wall time, ``jobs``, the
+# runs it trained and its commit (``runner.run_study``): the study's wall time, which the runs' own times
+# overstate when runs train side by side.
+INVOCATIONS_FILE = "invocations.jsonl"
+
+
+def read_invocations(folder: Path) -> list[dict]:
+    """The records of ``folder / INVOCATIONS_FILE`` in order ([] when there is none)."""
+    path = Path(folder) / INVOCATIONS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def invocations_text(invocations: list[dict]) -> str:
+    """"; the invocations that trained its runs: 1 (62.0 min, 2 runs at a time)": the study's own wall time."""
+    training = [record for record in invocations if record.get("trained")]
+    if not training:
+        return ""
+    jobs = sorted({record["jobs"] for record in training})
+    at_a_time = " or ".join(map(str, jobs)) + (" run" if jobs == [1] else " runs") + " at a time"
+    minutes = sum(record["seconds"] for record in training) / 60
+    return f"; the invocations that trained them: {len(training)} ({minutes:.1f} min in all, {at_a_time} on one Ray cluster)"
 
 
 @dataclass(frozen=True)
@@ -344,6 +367,7 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
         "columns": [{"key": c.key, "label": c.label, "description": c.description, "reads": c.reads() if c.split is None else None}
                     for c in columns],
         "wall_time_s": round(sum(run["seconds"] for run in runs.values()), 1),
+        **({"invocations": invocations} if (invocations := read_invocations(config.out)) else {}),
         "runs": runs,
         "not_finished": not_finished,
         "methods": methods,
@@ -538,7 +562,8 @@ def report_markdown(report: dict) -> str:
            f"Validation: uncorrected, {study['val_samples']} samples per problem at temperature {study['val_temperature']:g}. ")
         + f"Trainer: verl's {study['trainer']}; "
         f"{study['prompts_per_step']} prompts x {study['responses_per_prompt']} responses per step.",
-        f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min. Regenerate: {regenerate}.",
+        f"Runs trained at commit {commit}; wall time of the runs {report['wall_time_s'] / 60:.1f} min"
+        f"{invocations_text(report.get('invocations', []))}. Regenerate: {regenerate}.",
         "",
     ]
     baseline = report["baseline"]
@@ -758,5 +783,8 @@ def export(config: StudyConfig, destination: Path) -> dict:
             if source.exists():
                 moved.seed_model_folder(seed).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(source, moved.seed_model_folder(seed) / name)
+    if (config.out / INVOCATIONS_FILE).exists():
+        destination.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config.out / INVOCATIONS_FILE, destination / INVOCATIONS_FILE)
     plan(moved)  # the copies are the same runs
     return write_report(moved, published_from=str(config.out))

@@ -30,7 +30,9 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional, TextIO
@@ -57,7 +59,8 @@ from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study'
     run_state,
 )
 from edge_verl_lab.study.calibrate import calibration_config, seed_calibration
-from edge_verl_lab.study.report import write_report
+from edge_verl_lab.study.cluster import study_cluster
+from edge_verl_lab.study.report import INVOCATIONS_FILE, write_report
 
 TRAIN_STAGE = "train"
 
@@ -123,12 +126,13 @@ def prepare_seed(config: StudyConfig, seed: int) -> Path:
     return folder
 
 
-def train_run(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict:
+def train_run(config: StudyConfig, method: str, seed: int, stream: TextIO, ray_address: Optional[str] = None) -> dict:
     """The training stage of run (method, seed), by the experiment rule: from its last checkpoint when it saved
     one, else from the start with its partial outputs removed; returns its ``train.done.json`` record.
-    Raises ``StudyError`` (with the log) when verl failed or did not log every step."""
+    ``ray_address``: the study's cluster (None: the run starts its own). Raises ``StudyError`` (with the log)
+    when verl failed or did not log every step."""
     folder = config.run_folder(method, seed)
-    demo = config.demo_config(method, seed)
+    demo = replace(config.demo_config(method, seed), ray_address=ray_address)
     how = resumption(folder / "checkpoints")
     if how == RESTART:
         _clear_partial(folder)
@@ -144,17 +148,20 @@ def train_run(config: StudyConfig, method: str, seed: int, stream: TextIO) -> di
     return mark_stage(folder, TRAIN_STAGE, finished_record(result["seconds"], steps=config.steps, resumed=how == RESUME))
 
 
-def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict:
+def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO, ray_address: Optional[str] = None,
+            seed_lock: Optional[threading.Lock] = None) -> dict:
     """Train one run (unless its training stage finished before) and evaluate it; returns its ``done.json``
-    record (the training's wall time and commit). Raises ``StudyError`` when a stage failed."""
+    record (the training's wall time and commit). ``seed_lock``: held while the seed's model is prepared (runs
+    of one seed at the same time build it once). Raises ``StudyError`` when a stage failed."""
     folder = config.run_folder(method, seed)
     folder.mkdir(parents=True, exist_ok=True)
     write_record(folder / IDENTITY_FILE, config.identity(method, seed), indent=1)
     if config.evaluation == "exact":
-        prepare_seed(config, seed)
+        with seed_lock or threading.Lock():
+            prepare_seed(config, seed)
     trained = read_stage(folder, TRAIN_STAGE)
     if trained is None:
-        trained = train_run(config, method, seed, stream)
+        trained = train_run(config, method, seed, stream, ray_address)
     else:
         stream.write(f"  {config.run_name(method, seed)}: trained earlier ({trained['seconds']} s); evaluating it\n")
     if config.evaluation == "exact":
@@ -167,35 +174,102 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO) -> dict
     return write_record(folder / DONE_FILE, done)
 
 
-def run_study(config: StudyConfig, stream: Optional[TextIO] = None, dry_run: bool = False) -> Optional[dict]:
-    """Every run not yet done, then the report; returns the report (None for a dry run). Stops at the first
-    failed run, after writing the report of the runs that finished. ``stream``: progress (default stdout)."""
+class _Prefixed:
+    """A stream whose lines start with ``prefix`` (one run's progress among others')."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self.stream, self.prefix, self.lock = stream, prefix, threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            lines = text.splitlines(keepends=True)
+            self.stream.write("".join(self.prefix + line for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _preload_evaluation() -> None:
+    """Import what an evaluation imports, once, in this thread: transformers' lazy modules are not safe to
+    import from two threads at once."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+    from edge_verl.reward import compute_score  # noqa: F401
+    from edge_verl_lab.study import exact_eval  # noqa: F401
+
+
+def _run_all(config: StudyConfig, todo: list[tuple[str, int]], jobs: int, ray_address: Optional[str], stream: TextIO,
+             started: float) -> Optional[StudyError]:
+    """Every run of ``todo``, ``jobs`` at a time in run order; after a failed run no new run starts (those
+    running finish). Returns the first failure."""
+    locks = {seed: threading.Lock() for seed in config.seeds}
+    queue = list(enumerate(todo, 1))
+    failure: Optional[StudyError] = None
+
+    def one(number: int, method: str, seed: int) -> dict:
+        name = config.run_name(method, seed)
+        stream.write(f"[{number}/{len(todo)}] {name} ({time.time() - started:.0f} s so far)\n")
+        stream.flush()
+        return run_one(config, method, seed, _Prefixed(stream, f"  {name}: ") if jobs > 1 else stream, ray_address, locks[seed])
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        running: set = set()
+        while running or (queue and failure is None):
+            while queue and failure is None and len(running) < jobs:
+                number, (method, seed) = queue.pop(0)
+                running.add(pool.submit(one, number, method, seed))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                error = future.exception()
+                if isinstance(error, StudyError):
+                    failure = failure or error
+                elif error is not None:
+                    queue.clear()
+                    raise error
+    return failure
+
+
+def run_study(config: StudyConfig, stream: Optional[TextIO] = None, dry_run: bool = False, jobs: int = 1) -> Optional[dict]:
+    """Every run not yet done, then the report; returns the report (None for a dry run). All runs train on one
+    Ray cluster that this invocation starts (``cluster.study_cluster``), ``jobs`` at a time. Stops starting
+    runs at the first failed run and, once the running ones finished, writes the report of the runs that
+    finished and raises. ``stream``: progress (default stdout). Each invocation that trained or evaluated
+    anything appends its wall time, ``jobs`` and commit to ``INVOCATIONS_FILE``."""
     stream = stream or sys.stdout
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} must be an integer >= 1")
 
     states = plan(config)
     todo = [(method, seed) for method, seed, state in states if state != "done"]
     stream.write(f"edge-verl study: task {config.task}, {len(config.methods)} methods x {len(config.seeds)} seeds x "
-                 f"{config.steps} steps; {len(states) - len(todo)} of {len(states)} runs done, out={config.out}\n")
+                 f"{config.steps} steps; {len(states) - len(todo)} of {len(states)} runs done, out={config.out}"
+                 f"{f', {jobs} at a time' if jobs > 1 and todo else ''}\n")
     if dry_run:
         for method, seed, state in states:
             stream.write(f"  {config.run_name(method, seed):<28}{state}\n")
         return None
     started = time.time()
+    evaluated_again = []
     if config.evaluation == "exact":  # finished runs whose evaluation is stale (a changed split): evaluated again
         for method, seed, state in states:
             if state == "done":
                 prepare_seed(config, seed)
                 if reevaluate(config, method, seed):
+                    evaluated_again.append(config.run_name(method, seed))
                     stream.write(f"  {config.run_name(method, seed)}: evaluated again (its evaluation file was another split's)\n")
     failure = None
-    for number, (method, seed) in enumerate(todo, 1):
-        stream.write(f"[{number}/{len(todo)}] {config.run_name(method, seed)} ({time.time() - started:.0f} s so far)\n")
-        stream.flush()
-        try:
-            run_one(config, method, seed, stream)
-        except StudyError as error:
-            failure = error
-            break
+    if todo:
+        if config.evaluation == "exact":
+            _preload_evaluation()
+        with study_cluster(min(jobs, len(todo))) as address:
+            failure = _run_all(config, todo, min(jobs, len(todo)), address, stream, started)
+    if todo or evaluated_again:
+        record = finished_record(time.time() - started, jobs=min(jobs, max(len(todo), 1)),
+                                 trained=[config.run_name(method, seed) for method, seed in todo if run_state(config, method, seed) == "done"],
+                                 evaluated_again=evaluated_again)
+        with open(config.out / INVOCATIONS_FILE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
     report = write_report(config)
     stream.write(f"report: {config.out / 'report.md'} ({time.time() - started:.0f} s this invocation)\n")
     if failure is not None:

@@ -3,7 +3,8 @@ seed x 2 steps on the collapse-regime task, on the legacy trainer, every report 
 runs' own metrics files and exact-evaluation files (``--evaluation exact``: the seed's step-0 model evaluated once,
 each run's final weights saved by verl and evaluated offline); a re-run skips the finished runs and another scale
 in the same folder is refused, both before any verl start. The GEPO run's final checkpoint makes it also the
-legacy trainer's GEPO run (metrics, thresholds saved after 2 updates). ~3 minutes."""
+legacy trainer's GEPO run (metrics, thresholds saved after 2 updates). Both runs train at once on the study's one
+Ray cluster (``--jobs`` 2, the default). ~2 minutes."""
 
 import json
 import subprocess
@@ -69,6 +70,15 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
         for stat in ("sampled_capped_frac", "sampled_first_acc", "sampled_reflected_frac", "sampled_length"):
             assert report["completions"][run["method"]][stat]["mean"] == final["heldout"][stat]
     assert {row["override"] for row in report["protocol"] if row["override"]} <= command
+    # both runs trained at once (--jobs 2, the default), each a Ray job of its own on the study's one cluster, its
+    # metrics log passed in its job's runtime env; the study's wall time is the invocation's
+    addresses = {part for name in report["runs"] for part in (smoke / "runs" / name / "command.txt").read_text().split()
+                 if part.startswith("+ray_kwargs.ray_init.address=")}
+    assert len(addresses) == 1 and "ray_kwargs.ray_init.num_cpus=32" not in command
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={smoke / 'runs' / 'gepo_seed1' / 'verl_metrics.jsonl'}" in command
+    invocations = [json.loads(line) for line in (smoke / "invocations.jsonl").read_text().splitlines()]
+    assert len(invocations) == 1 and invocations[0]["jobs"] == 2 and sorted(invocations[0]["trained"]) == ["gepo_seed1", "grpo_seed1"]
+    assert report["invocations"] == invocations and "2 runs at a time on one Ray cluster" in (smoke / "report.md").read_text()
     gepo = report["runs"]["gepo_seed1"]
     assert gepo["sources"]["adv_var_before"] == "edge_verl/gepo/adv_var_before"
     difference = report["methods"]["gepo"]["vs_baseline"]["heldout_sampled"]
@@ -94,6 +104,7 @@ def test_a_rerun_skips_finished_runs_and_another_scale_is_refused(smoke):
     again = _study(smoke)
     assert again.returncode == 0 and "2 of 2 runs done" in again.stdout and "[1/" not in again.stdout
     assert json.loads((smoke / "report.json").read_text())["runs"] == json.loads(before)["runs"]
+    assert len((smoke / "invocations.jsonl").read_text().splitlines()) == 1  # an invocation that ran nothing is not one
     longer = _study(smoke, "--steps", "3")
     assert longer.returncode == 1 and "holds another run (steps: 2 there, 3 now)" in longer.stderr
 

@@ -137,6 +137,24 @@ def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1, rollout: str 
     )
 
 
+# What a run that starts its own Ray cluster passes to ray.init and a run joining a running one must not:
+# Ray refuses num_cpus / num_gpus when connecting, and the dashboard is the cluster's.
+CLUSTER_START_KEYS = ("ray_kwargs.ray_init.num_cpus", "+ray_kwargs.ray_init.num_gpus", "+ray_kwargs.ray_init.include_dashboard")
+
+
+def connect_overrides(overrides: tuple[str, ...] | list[str], address: str, env_vars: dict[str, str] | None = None) -> list[str]:
+    """``overrides`` (a CPU set from ``cpu_overrides``) for a run that joins the running Ray cluster at
+    ``address`` instead of starting one: the cluster's sizes and dashboard dropped (the cluster was started
+    with them), ``ray_init.address`` added, and ``env_vars`` passed through the job's runtime env (a joining
+    driver's environment does not reach its workers, which inherit the cluster's; e.g. the run's own
+    ``VERL_FILE_LOGGER_PATH``). The cluster must run with ``cpu_environment`` (the study's does)."""
+    if not address:
+        raise ValueError("connect_overrides: an empty Ray address")
+    kept = [item for item in overrides if item.split("=", 1)[0] not in CLUSTER_START_KEYS]
+    return [*kept, f"+ray_kwargs.ray_init.address={address}",
+            *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={value}" for name, value in (env_vars or {}).items())]
+
+
 def backend_of_config(config_name: str) -> str:
     """``ppo_megatron_trainer`` -> ``megatron``: the backend whose CPU overrides a verl config needs."""
     name = config_name.rsplit("/", 1)[-1].removesuffix(".yaml").removeprefix("edge_")

@@ -25,13 +25,15 @@ def register_cpu_backend() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform  # platform registers "cpu"
+    from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform, shared_cluster  # platform registers "cpu"
     from edge_verl.integration.post_import import when_imported
 
     platform.patch_init_process_group()
     # Megatron's CPU adaptations apply when verl builds its Megatron engine in this process, not on import.
     when_imported("verl.workers.engine.megatron.transformer_impl", megatron_engine.hook_megatron_engine)
     when_imported("verl.workers.engine.fsdp.transformer_impl", megatron_engine.hook_fsdp_engine)
+    # Several runs on one Ray cluster (the study's --jobs): TransferQueue's controller per run.
+    when_imported("transfer_queue.interface", shared_cluster.patch_transfer_queue)
     rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
     RolloutReplicaRegistry.register(hf_rollout.ROLLOUT_NAME, lambda: hf_rollout.HFRolloutReplica)
 
