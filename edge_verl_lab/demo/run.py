@@ -384,10 +384,16 @@ def trained_steps(rows: list[dict]) -> list[dict]:
     return [row for row in rows if any(key.startswith(("critic/", "actor/")) for key in row)]
 
 
+def run_environment(rollout: str = "hf") -> dict[str, str]:
+    """The environment of a demo run's processes: the CPU backend's, the packages an FSDP run with ``rollout``
+    never uses hidden (``UNUSED_ON_FSDP``)."""
+    return cpu_environment(unused=UNUSED_ON_FSDP[rollout])
+
+
 def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout, rollout: str = "hf") -> int:
-    """Run verl's main_ppo with the CPU backend (FSDP, ``rollout``; the packages such a run never uses hidden
-    from its processes, ``UNUSED_ON_FSDP``); full output goes to ``out/verl.log``, progress to ``stream``."""
-    env = cpu_environment(unused=UNUSED_ON_FSDP[rollout])
+    """Run verl's main_ppo with the CPU backend (FSDP, ``rollout``) in ``run_environment``; full output goes to
+    ``out/verl.log``, progress to ``stream``."""
+    env = run_environment(rollout)
     env["VERL_FILE_LOGGER_PATH"] = str(verl_metrics_log(out))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional, TextIO
@@ -157,7 +158,7 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO, ray_add
     folder.mkdir(parents=True, exist_ok=True)
     write_record(folder / IDENTITY_FILE, config.identity(method, seed), indent=1)
     if config.evaluation == "exact":
-        with seed_lock or threading.Lock():
+        with seed_lock or nullcontext():
             prepare_seed(config, seed)
     trained = read_stage(folder, TRAIN_STAGE)
     if trained is None:
@@ -259,13 +260,14 @@ def run_study(config: StudyConfig, stream: Optional[TextIO] = None, dry_run: boo
                     evaluated_again.append(config.run_name(method, seed))
                     stream.write(f"  {config.run_name(method, seed)}: evaluated again (its evaluation file was another split's)\n")
     failure = None
+    jobs = max(1, min(jobs, len(todo)))  # no more at a time than there are runs
     if todo:
         if config.evaluation == "exact":
             _preload_evaluation()
-        with study_cluster(min(jobs, len(todo))) as address:
-            failure = _run_all(config, todo, min(jobs, len(todo)), address, stream, started)
+        with study_cluster(jobs) as address:
+            failure = _run_all(config, todo, jobs, address, stream, started)
     if todo or evaluated_again:
-        record = finished_record(time.time() - started, jobs=min(jobs, max(len(todo), 1)),
+        record = finished_record(time.time() - started, jobs=jobs,
                                  trained=[config.run_name(method, seed) for method, seed in todo if run_state(config, method, seed) == "done"],
                                  evaluated_again=evaluated_again)
         with open(config.out / INVOCATIONS_FILE, "a") as handle:
