@@ -38,4 +38,7 @@ fi
 # also installs a top-level `tests` package that must not shadow this repository's. Never on sys.path.
 [ -d .venv/openrlhf-0.11.2/openrlhf-0.11.2.dist-info ] \
     || "${PIP[@]}" --no-deps --target .venv/openrlhf-0.11.2 openrlhf==0.11.2
+# OpenRLHF 0.11.2 in its own environment with vLLM's CPU build and DeepSpeed, for the real train_ppo_ray runs of
+# tests/e2e/test_openrlhf_train_ppo_ray_on_cpu.py (scripts/setup_openrlhf.sh; EDGE_VERL_OPENRLHF_SETUP=0 skips it).
+[ "${EDGE_VERL_OPENRLHF_SETUP:-1}" = 0 ] || bash scripts/setup_openrlhf.sh
 .venv/bin/edge-verl doctor --cpu

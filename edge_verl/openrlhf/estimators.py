@@ -1,13 +1,11 @@
 """``gepo`` and ``edge_eda`` inside OpenRLHF 0.11.2, which has no hook for advantage estimators.
 
-OpenRLHF picks its estimator in an if/elif of ``RemoteExperienceMaker.compute_advantages_and_returns``. The
-launcher (``edge_verl.openrlhf.train_ppo_ray``) calls ``install`` in the driver and, through Ray's
-``worker_process_setup_hook``, in every Ray worker; ``install`` patches each module below when (and only in
-a process where) it is imported (``post_import.when_imported``), after refusing any OpenRLHF but 0.11.2.
-Every patched or relied-on attribute is in ``internals.PATCHED`` / ``READ``. Each patch is gated on "is
-this ours?": with any other ``--algo.advantage.estimator`` OpenRLHF's own code runs unchanged.
+OpenRLHF picks its estimator in an if/elif of ``RemoteExperienceMaker.compute_advantages_and_returns``. This
+module holds what the subclasses of ``actors.py`` (put in OpenRLHF's place by the launcher,
+``edge_verl.openrlhf.train_ppo_ray``) do, as functions of OpenRLHF's objects; it imports no OpenRLHF. With any
+other ``--algo.advantage.estimator`` OpenRLHF's own code runs unchanged.
 
-- experience_maker: for ``gepo`` / ``edge_eda`` the wrapper does what OpenRLHF does for its group estimators
+- experience maker: for ``gepo`` / ``edge_eda``, ``compute_edge_advantages`` does what OpenRLHF does for its group estimators
   (rewards to float32, its length penalties, groups = n contiguous samples of the original order through
   ``Experience.index``) and then calls ONE pure function, ``compute_gepo_advantages`` /
   ``compute_eda_advantages``, on the whole step padded to one width; advantages = returns, per token.
@@ -23,12 +21,12 @@ this ours?": with any other ``--algo.advantage.estimator`` OpenRLHF's own code r
   raw rewards (what its name says) and never to advantages.
 - KL: a KL penalty folded into the reward (``--algo.kl.init_coef > 0`` without ``--algo.kl.use_loss``) is
   refused; use the KL loss or none (the papers: none).
-- ppo_trainer: GEPO's thresholds (``GepoThresholds``, on the experience maker) are added to the
+- trainer: GEPO's thresholds (``GepoThresholds``, on the experience maker) are added to the
   ``client_states`` every checkpoint stores, and restored from the checkpoint dict that
   ``restore_best_checkpoint_state`` receives on resume (sync and async trainers alike); resuming from a
   checkpoint without them is an error unless ``gepo.resume_without_state``.
 - evaluation: OpenRLHF's ``compute_eval_metrics`` (sync and async trainers) reduces the eval samples to pass@k,
-  lengths and truncation, dropping every ``extra_logs`` value; the wrapper keeps its logs and adds the mean over
+  lengths and truncation, dropping every ``extra_logs`` value; ``keeping_plugin_logs`` keeps its logs and adds the mean over
   the eval samples of each of the plugin's (``edge_verl/...``: GEC's, which says it did not correct, and the
   grader's health), which OpenRLHF's loggers write under ``eval/``.
 """
@@ -43,15 +41,12 @@ import torch
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.integration.post_import import when_imported
-from edge_verl.openrlhf.internals import check_module_version
 from edge_verl.openrlhf.options import OpenRlhfOptions, run_options
 
 ESTIMATORS = ("gepo", "edge_eda")
 GEPO_STATE_KEY = "edge_verl_gepo_thresholds"
 ENTROPY_METHOD = "edge_verl_token_entropy"
 THRESHOLDS_ATTRIBUTE = "edge_verl_gepo_thresholds"
-PATCH_MARK = "__edge_verl_openrlhf__"
 PLUGIN_LOG_PREFIX = "edge_verl/"  # the names of the plugin's extra_logs (GEC executor, reward function)
 
 
@@ -174,67 +169,6 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
     return experiences
 
 
-def _marked(function: Callable, original: Callable) -> Callable:
-    setattr(function, PATCH_MARK, True)
-    function.__wrapped__ = original
-    return function
-
-
-def patch_experience_maker(module: Any) -> None:
-    """Route ``gepo`` / ``edge_eda`` through ``compute_edge_advantages`` (other estimators: OpenRLHF's code)."""
-    check_module_version(module)
-    cls = module.RemoteExperienceMaker
-    original = cls.compute_advantages_and_returns
-    if getattr(original, PATCH_MARK, False):
-        return
-
-    @functools.wraps(original)
-    def compute_advantages_and_returns(self, experiences):
-        if self.strategy.args.algo.advantage.estimator not in ESTIMATORS:
-            return original(self, experiences)
-        return compute_edge_advantages(self, experiences, run_options(), module.apply_length_penalties)
-
-    cls.compute_advantages_and_returns = _marked(compute_advantages_and_returns, original)
-
-
-def patch_trainer(module: Any) -> None:
-    """Save GEPO's thresholds in every checkpoint's client_states and restore them on resume; evaluation
-    keeps the plugin's logs."""
-    check_module_version(module)
-    cls = module.BasePPOTrainer
-    save, restore = cls.save_logs_and_checkpoints, cls.restore_best_checkpoint_state
-    if getattr(save, PATCH_MARK, False):
-        return
-
-    @functools.wraps(save)
-    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
-        thresholds = gepo_thresholds(self.experience_maker, run_options())
-        if thresholds is not None and client_states is not None:
-            client_states[GEPO_STATE_KEY] = thresholds.state_dict()
-        return save(self, global_step, logs_dict, client_states)
-
-    @functools.wraps(restore)
-    def restore_best_checkpoint_state(self, checkpoint_states):
-        restore(self, checkpoint_states)
-        options = run_options()
-        thresholds = gepo_thresholds(self.experience_maker, options)
-        if thresholds is None:
-            return
-        states = checkpoint_states or {}
-        if GEPO_STATE_KEY in states:
-            thresholds.load_state_dict(states[GEPO_STATE_KEY])
-        elif states.get("global_step", 0) > 0 and not options.gepo.resume_without_state:
-            raise ValueError(
-                f"Resuming a gepo run at global_step {states['global_step']} from a checkpoint without GEPO's "
-                f"thresholds ({GEPO_STATE_KEY!r} in client_states): it was not saved by edge_verl's launcher. Set "
-                "gepo.resume_without_state=true in the EDGE_VERL_OPENRLHF file to start the thresholds afresh."
-            )
-
-    cls.save_logs_and_checkpoints = _marked(save_logs_and_checkpoints, save)
-    cls.restore_best_checkpoint_state = _marked(restore_best_checkpoint_state, restore)
-    module.compute_eval_metrics = _eval_metrics_keeping_plugin_logs(module.compute_eval_metrics)
-
-
 def plugin_eval_logs(samples: Sequence[Any]) -> dict[str, float]:
     """The mean over the eval samples of each of the plugin's ``extra_logs`` (one value per sample, in
     ``Experience.info``); a name some samples lack is averaged over those that have it."""
@@ -246,21 +180,14 @@ def plugin_eval_logs(samples: Sequence[Any]) -> dict[str, float]:
     return {name: sum(found) / len(found) for name, found in sorted(values.items()) if found}
 
 
-def _eval_metrics_keeping_plugin_logs(compute: Callable) -> Callable:
-    if getattr(compute, PATCH_MARK, False):
-        return compute
+def keeping_plugin_logs(compute: Callable) -> Callable:
+    """OpenRLHF's ``compute_eval_metrics`` -> the same, with ``plugin_eval_logs`` of the samples added."""
 
     @functools.wraps(compute)
     def compute_eval_metrics(eval_dataloader, samples_list, n_samples_per_prompt):
         return {**compute(eval_dataloader, samples_list, n_samples_per_prompt), **plugin_eval_logs(samples_list)}
 
-    return _marked(compute_eval_metrics, compute)
-
-
-def patch_async_trainer(module: Any) -> None:
-    """The async trainer's ``compute_eval_metrics`` (imported by name from ppo_trainer) keeps the plugin's logs."""
-    check_module_version(module)
-    module.compute_eval_metrics = _eval_metrics_keeping_plugin_logs(module.compute_eval_metrics)
+    return compute_eval_metrics
 
 
 def edge_verl_token_entropy(self, sequences, action_mask, attention_mask):
@@ -276,24 +203,3 @@ def edge_verl_token_entropy(self, sequences, action_mask, attention_mask):
     self.actor.train()
     entropy = output.entropy[:, -action_mask.shape[1]:] * action_mask.to(device).float()
     return entropy.to("cpu")
-
-
-def patch_launcher(module: Any) -> None:
-    """Give the actor workers ``edge_verl_token_entropy`` (reached through OpenRLHF's ``execute_batch``)."""
-    check_module_version(module)
-    if not hasattr(module.BaseModelActor, ENTROPY_METHOD):
-        setattr(module.BaseModelActor, ENTROPY_METHOD, _marked(edge_verl_token_entropy, edge_verl_token_entropy))
-
-
-PATCHES = {
-    "openrlhf.trainer.ppo_utils.experience_maker": patch_experience_maker,
-    "openrlhf.trainer.ppo_trainer": patch_trainer,
-    "openrlhf.trainer.ppo_trainer_async": patch_async_trainer,
-    "openrlhf.trainer.ray.launcher": patch_launcher,
-}
-
-
-def install() -> None:
-    """Patch each module of ``PATCHES`` when this process imports it (Ray's worker_process_setup_hook)."""
-    for name, patch in PATCHES.items():
-        when_imported(name, patch)

@@ -1,11 +1,14 @@
-"""What the OpenRLHF coupling patches or relies on in OpenRLHF 0.11.2, on the books, checked from source.
+"""What the OpenRLHF coupling subclasses, replaces or relies on in OpenRLHF 0.11.2, on the books, checked from source.
 
-``PATCHED`` lists what ``edge_verl.openrlhf.estimators`` wraps or adds, ``READ`` what it and the reward /
-agent files call or read as they are. Each entry is (file under the ``openrlhf`` package, qualified name) ->
-the leading parameters relied on, in order. ``find_mismatches`` reads the files with ``ast`` (nothing is
-imported, so it runs where flash_attn, deepspeed and CUDA are absent) and also checks the one fact that is
-not a signature: the ``choices`` of ``--algo.advantage.estimator`` in ``cli/train_ppo_ray.py``, which the
-launcher extends. Any other OpenRLHF version is refused before anything is patched (``check_version``).
+``SUBCLASSED`` lists the OpenRLHF classes and methods ``edge_verl.openrlhf.actors`` subclasses or overrides
+(and the module attributes the launcher sets to its actor classes), ``GLOBALS`` the module-level names an
+OpenRLHF method reads that the subclass gives its own object for that call (``actors.globals_of``), ``READ``
+what it and the reward / agent files call or read as they are. Each SUBCLASSED / READ entry is (file under the
+``openrlhf`` package, qualified name) -> the leading parameters relied on, in order. ``find_mismatches`` reads
+the files with ``ast`` (nothing is imported, so it runs where flash_attn, deepspeed and CUDA are absent) and also
+checks the one fact that is not a signature: the ``choices`` of ``--algo.advantage.estimator`` in
+``cli/train_ppo_ray.py``, which the launcher extends. Any other OpenRLHF version is refused before anything is
+subclassed (``check_version``).
 """
 
 from __future__ import annotations
@@ -19,16 +22,25 @@ from typing import Mapping, Optional
 PINNED_VERSION = "0.11.2"
 Table = Mapping[tuple[str, str], tuple[str, ...]]
 
-PATCHED: Table = {
+SUBCLASSED: Table = {
     ("trainer/ppo_utils/experience_maker.py", "RemoteExperienceMaker.compute_advantages_and_returns"): ("self", "experiences"),
+    ("trainer/ppo_trainer.py", "BasePPOTrainer.__init__"): ("self", "strategy"),
     ("trainer/ppo_trainer.py", "BasePPOTrainer.save_logs_and_checkpoints"): ("self", "global_step", "logs_dict", "client_states"),
     ("trainer/ppo_trainer.py", "BasePPOTrainer.restore_best_checkpoint_state"): ("self", "checkpoint_states"),
+    ("trainer/ppo_trainer.py", "PPOTrainer.__init__"): ("self", "pretrain", "strategy"),
+    ("trainer/ppo_trainer.py", "PPOTrainer.evaluate"): ("self", "global_step"),
     ("trainer/ppo_trainer.py", "compute_eval_metrics"): ("eval_dataloader", "samples_list", "n_samples_per_prompt"),
-    # the async trainer's own binding of it (from ppo_trainer import compute_eval_metrics)
-    ("trainer/ppo_trainer_async.py", "compute_eval_metrics"): (),
-    # An added method (edge_verl_token_entropy) on the undecorated base of PolicyModelActor.
-    ("trainer/ray/launcher.py", "BaseModelActor"): (),
+    ("trainer/ppo_trainer_async.py", "PPOTrainerAsync.__init__"): ("self", "pretrain", "strategy"),
+    ("trainer/ppo_trainer_async.py", "TrainingActor.__init__"): ("self", "pretrain", "strategy"),
+    ("trainer/ppo_trainer_async.py", "GenerateSamplesActor._run_eval"): ("self",),
+    ("trainer/ray/ppo_actor.py", "PolicyModelActor"): (),
     ("utils/config.py", "hierarchize"): ("args",),
+}
+GLOBALS: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("trainer/ppo_trainer.py", "BasePPOTrainer.__init__"): ("RemoteExperienceMaker",),
+    ("trainer/ppo_trainer.py", "PPOTrainer.evaluate"): ("compute_eval_metrics",),
+    ("trainer/ppo_trainer_async.py", "GenerateSamplesActor._run_eval"): ("compute_eval_metrics",),
+    ("trainer/ppo_trainer_async.py", "PPOTrainerAsync.__init__"): ("TrainingActor", "GenerateSamplesActor"),
 }
 READ: Table = {
     ("trainer/ppo_utils/experience_maker.py", "apply_length_penalties"): (),
@@ -120,10 +132,10 @@ def estimator_choices(source: str) -> Optional[tuple[str, ...]]:
 
 
 def find_mismatches(package_dir: Path) -> list[str]:
-    """Every entry of PATCHED and READ that the OpenRLHF source at ``package_dir`` does not satisfy."""
+    """Every entry of SUBCLASSED, GLOBALS and READ that the OpenRLHF source at ``package_dir`` does not satisfy."""
     problems = []
     trees: dict[str, ast.AST] = {}
-    for (file, qualname), expected in {**READ, **PATCHED}.items():
+    for (file, qualname), expected in {**READ, **SUBCLASSED}.items():
         path = package_dir / file
         if file not in trees:
             trees[file] = ast.parse(path.read_text()) if path.is_file() else ast.Module(body=[], type_ignores=[])
@@ -134,6 +146,12 @@ def find_mismatches(package_dir: Path) -> list[str]:
             found = _parameters(node)[: len(expected)]
             if found != expected:
                 problems.append(f"openrlhf/{file}: {qualname} takes {found}, expected {expected}")
+    for (file, qualname), names in GLOBALS.items():
+        node = _find(trees[file], qualname)
+        read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} if node else set()
+        unread = [name for name in names if name not in read]
+        if unread:
+            problems.append(f"openrlhf/{file}: {qualname} does not read the global(s) {unread}")
     choices = estimator_choices((package_dir / ESTIMATOR_FILE).read_text())
     if choices != ESTIMATOR_CHOICES:
         problems.append(f"openrlhf/{ESTIMATOR_FILE}: {ESTIMATOR_FLAG} choices are {choices}, expected {ESTIMATOR_CHOICES}")

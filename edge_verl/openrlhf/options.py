@@ -3,9 +3,9 @@
 OpenRLHF builds the reward file and the agent executor without arguments inside its vLLM Ray actors, so
 their options cannot come from its command line. Every process of the coupling (the launcher, the trainer
 actor, each vLLM engine) reads the same file, parsed and validated once per process (``run_options``). The
-launcher (``edge_verl.openrlhf.train_ppo_ray``) forwards the variable to every Ray worker; without it, set
-the variable where Ray starts its workers (``ray start`` / ``runtime_env.env_vars``), and keep the file on
-every node.
+launcher (``edge_verl.openrlhf.train_ppo_ray``) reads the file once and gives every Ray worker its content
+(``EDGE_VERL_OPENRLHF_OPTIONS``, in the job's ``runtime_env``): the file need only exist where the launcher
+runs. Without the launcher, set either variable where Ray starts its workers.
 
 Layout (every section optional; unknown keys are errors that name the allowed ones):
   {"reward":   {"format_policy": "strict", "timeout_s": 5, "wait_s": 120},
@@ -31,6 +31,7 @@ from edge_verl.config import EdaConfig, GecConfig, GepoConfig
 from edge_verl.reward.score import FORMAT_POLICIES
 
 ENV_VAR = "EDGE_VERL_OPENRLHF"
+CONTENT_ENV_VAR = "EDGE_VERL_OPENRLHF_OPTIONS"
 SECTIONS = ("reward", "gec", "gepo", "edge_eda")
 
 
@@ -138,6 +139,15 @@ class OpenRlhfOptions:
         )
 
 
+def options_text(path: Optional[str]) -> str:
+    """The options file at ``path`` as one line of JSON (``{}`` when ``path`` is empty), validated: what the
+    launcher passes to every Ray worker in ``CONTENT_ENV_VAR``."""
+    if not path:
+        return "{}"
+    read_options(path)  # validated here, before Ray or any model
+    return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
+
+
 def read_options(path: Optional[str]) -> OpenRlhfOptions:
     """The options in the JSON file at ``path``; the defaults when ``path`` is empty or None."""
     if not path:
@@ -150,12 +160,21 @@ def read_options(path: Optional[str]) -> OpenRlhfOptions:
     return OpenRlhfOptions.from_mapping(values, source=str(file))
 
 
-_CACHE: dict[str, OpenRlhfOptions] = {}
+_CACHE: dict[tuple[str, str], OpenRlhfOptions] = {}
 
 
 def run_options() -> OpenRlhfOptions:
-    """This process's options, read once per value of ``EDGE_VERL_OPENRLHF``."""
-    path = os.environ.get(ENV_VAR, "")
-    if path not in _CACHE:
-        _CACHE[path] = read_options(path)
-    return _CACHE[path]
+    """This process's options: from ``EDGE_VERL_OPENRLHF_OPTIONS`` (the file's content, which the launcher gives
+    every Ray worker) when set, else from the file ``EDGE_VERL_OPENRLHF`` names; parsed once per value."""
+    key = (os.environ.get(CONTENT_ENV_VAR, ""), os.environ.get(ENV_VAR, ""))
+    if key not in _CACHE:
+        content, path = key
+        if content:
+            try:
+                values = json.loads(content)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{CONTENT_ENV_VAR} is not JSON ({error})") from error
+            _CACHE[key] = OpenRlhfOptions.from_mapping(values, source=CONTENT_ENV_VAR)
+        else:
+            _CACHE[key] = read_options(path)
+    return _CACHE[key]

@@ -1,35 +1,36 @@
 """OpenRLHF's ``train_ppo_ray`` with ``gepo`` and ``edge_eda``: ``python -m edge_verl.openrlhf.train_ppo_ray
 <OpenRLHF's own arguments>``.
 
-OpenRLHF builds its parser inside ``if __name__ == "__main__"`` of ``openrlhf.cli.train_ppo_ray`` and runs
-the experience maker in a Ray actor. This launcher, in one process:
-1. installs the patches in this process (``estimators.install``: applied as OpenRLHF's modules are imported);
-2. runs OpenRLHF's own ``__main__`` (``runpy``) with three things changed for that run only: the
-   ``--algo.advantage.estimator`` argument also accepts ``gepo`` and ``edge_eda``; the arguments are checked
-   (``check_args``) as OpenRLHF hierarchizes them (``openrlhf.utils.config.hierarchize``, called once right
-   after parsing, before OpenRLHF's own checks and before Ray); and OpenRLHF's own ``ray.init`` call in
-   ``train`` gets, in its ``runtime_env``, ``EDGE_VERL_OPENRLHF`` and ``worker_process_setup_hook =
-   edge_verl.openrlhf.estimators.install`` (``runtime_env_with_ours``): every Ray worker patches itself.
-Nothing else of OpenRLHF's command line changes; with an estimator of its own the patches stay idle. Ray
-started before the launcher (``ray.init`` already called in this process) would miss the hook: refused.
+OpenRLHF builds its parser inside ``if __name__ == "__main__"`` of ``openrlhf.cli.train_ppo_ray``. This
+launcher runs that ``__main__`` (``runpy``) in its own process with, for that run only:
+- ``--algo.advantage.estimator`` also accepting ``gepo`` and ``edge_eda``;
+- the arguments checked (``check_args``) as OpenRLHF hierarchizes them (``openrlhf.utils.config.hierarchize``,
+  called once right after parsing, before OpenRLHF's own checks and before Ray);
+- edge_verl's actor classes in the place of OpenRLHF's ``PPOTrainer``, ``PPOTrainerAsync`` and
+  ``PolicyModelActor`` (``actors.actor_classes``): Ray creates them in its workers, nothing is patched there;
+- the options file's content in the ``runtime_env`` of OpenRLHF's ``ray.init`` (``EDGE_VERL_OPENRLHF_OPTIONS``,
+  ``runtime_env_with_ours``), so every worker reads the same options wherever it runs.
+Nothing else of OpenRLHF's command line changes; with an estimator of its own, OpenRLHF's code runs. Ray
+started before the launcher (``ray.init`` already called in this process) would not pass the options: refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args, install
+from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG
-from edge_verl.openrlhf.options import ENV_VAR, OpenRlhfOptions, run_options
+from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
 
 GEC_AGENT_FILE = str(Path(__file__).with_name("gec_agent.py"))
 REWARD_FILE = str(Path(__file__).with_name("reward_func.py"))
-SETUP_HOOK = "edge_verl.openrlhf.estimators.install"
 
 
 def check_gec_args(args: Any, options: OpenRlhfOptions) -> None:
@@ -70,29 +71,52 @@ def check_args(args: Any, options: Optional[OpenRlhfOptions] = None) -> None:
     check_gec_args(args, options)
 
 
-def runtime_env_with_ours(runtime_env: Optional[dict]) -> dict:
-    """OpenRLHF's ``runtime_env`` plus the setup hook and the options file (as an absolute path)."""
+def launcher_options() -> str:
+    """The run's options as JSON text, validated: the file ``EDGE_VERL_OPENRLHF`` names, else the content of
+    ``EDGE_VERL_OPENRLHF_OPTIONS``, else none (``{}``); both set and different is an error."""
+    path, content = os.environ.get(ENV_VAR), os.environ.get(CONTENT_ENV_VAR)
+    if path:
+        text = options_text(path)
+        if content and content != text:
+            raise ValueError(f"{CONTENT_ENV_VAR} is set and differs from the file {ENV_VAR} names: unset one of them.")
+        return text
+    if content:
+        run_options()  # validated
+        return content
+    return "{}"
+
+
+def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
+    """OpenRLHF's ``runtime_env`` plus the options' content (``options``: ``options_text``) in its env_vars."""
     merged = dict(runtime_env or {})
-    if merged.get("worker_process_setup_hook") not in (None, SETUP_HOOK):
-        raise ValueError(
-            f"runtime_env already sets worker_process_setup_hook={merged['worker_process_setup_hook']!r}; "
-            f"edge_verl's launcher needs {SETUP_HOOK!r} there."
-        )
-    env_vars = dict(merged.get("env_vars") or {})
-    if os.environ.get(ENV_VAR):
-        env_vars[ENV_VAR] = str(Path(os.environ[ENV_VAR]).resolve())
-    return {**merged, "env_vars": env_vars, "worker_process_setup_hook": SETUP_HOOK}
+    return {**merged, "env_vars": {**(merged.get("env_vars") or {}), CONTENT_ENV_VAR: options}}
+
+
+@contextlib.contextmanager
+def attributes_set(values: dict) -> Iterator[None]:
+    """Within the block, each (module name, attribute) of ``values`` is set to its value."""
+    modules = {name: importlib.import_module(name) for name, _ in values}
+    saved = {(name, attribute): getattr(modules[name], attribute) for name, attribute in values}
+    try:
+        for (name, attribute), value in values.items():
+            setattr(modules[name], attribute, value)
+        yield
+    finally:
+        for (name, attribute), value in saved.items():
+            setattr(modules[name], attribute, value)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    run_options()  # a bad options file fails here, before Ray or any model
-    install()
+    options = launcher_options()  # bad options fail here, before Ray or any model
+    os.environ[CONTENT_ENV_VAR] = options  # this process reads them as its workers will
     import openrlhf.utils.config as config_module
     import ray
 
+    from edge_verl.openrlhf.actors import actor_classes
+
     if ray.is_initialized():
-        raise RuntimeError("Ray is already up in this process: its workers would miss edge_verl's setup hook.")
+        raise RuntimeError("Ray is already up in this process: its workers would miss edge_verl's options.")
     add_argument, hierarchize, ray_init = argparse.ArgumentParser.add_argument, config_module.hierarchize, ray.init
 
     def add_argument_with_ours(self, *names, **kwargs):
@@ -106,15 +130,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return nested
 
     def ray_init_with_ours(*args, runtime_env=None, **kwargs):
-        return ray_init(*args, runtime_env=runtime_env_with_ours(runtime_env), **kwargs)
+        return ray_init(*args, runtime_env=runtime_env_with_ours(runtime_env, options), **kwargs)
 
     argparse.ArgumentParser.add_argument = add_argument_with_ours
     config_module.hierarchize = hierarchize_checked
     ray.init = ray_init_with_ours
     saved_argv = sys.argv
     try:
-        sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
-        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+        with attributes_set(actor_classes()):
+            sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
+            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
     finally:
         sys.argv = saved_argv
         argparse.ArgumentParser.add_argument = add_argument

@@ -16,7 +16,8 @@ def test_importing_the_coupling_pulls_in_no_trainer():
         "import sys\n"
         f"for name in {BLOCKED!r}: sys.modules[name] = None\n"  # None: any import of them raises ImportError
         "import edge_verl.openrlhf.options, edge_verl.openrlhf.reward_func, edge_verl.openrlhf.estimators\n"
-        "import edge_verl.openrlhf.internals, edge_verl.openrlhf.train_ppo_ray\n"
+        "import edge_verl.openrlhf.internals, edge_verl.openrlhf.train_ppo_ray, edge_verl.openrlhf.actors\n"
+        "import edge_verl.openrlhf.cpu\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
 

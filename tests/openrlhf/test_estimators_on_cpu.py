@@ -1,5 +1,5 @@
-"""gepo and edge_eda through OpenRLHF 0.11.2's own RemoteExperienceMaker.compute_advantages_and_returns (patched
-as the launcher patches it), equal to edge_verl/algorithms on random batches; EDA's entropy from OpenRLHF's
+"""gepo and edge_eda through OpenRLHF 0.11.2's own RemoteExperienceMaker.compute_advantages_and_returns (in the
+subclass the launcher's trainer creates, edge_verl/openrlhf/actors.py), equal to edge_verl/algorithms on random batches; EDA's entropy from OpenRLHF's
 real Actor.forward through its actor group's execute_batch; GEPO's thresholds through its checkpoint path."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.openrlhf import estimators
+from edge_verl.openrlhf import actors, estimators
 from edge_verl.openrlhf.internals import PINNED_VERSION, check_version, find_mismatches
 from edge_verl.openrlhf.options import ENV_VAR, OpenRlhfOptions
 from edge_verl.openrlhf.train_ppo_ray import check_args
@@ -59,8 +59,8 @@ def orl(openrlhf_modules, monkeypatch, tmp_path):
     """The patched experience maker module, the launcher (with its actor group), and a maker factory."""
     launcher = load_launcher(openrlhf_modules)
     maker_module = openrlhf_modules("openrlhf.trainer.ppo_utils.experience_maker")
-    estimators.patch_experience_maker(maker_module)
-    estimators.patch_launcher(launcher)
+    maker_cls = actors.experience_maker_class(maker_module.RemoteExperienceMaker)
+    worker_cls = actors.subclass(launcher.BaseModelActor, actors.EdgePolicyActor)
     experience_cls = openrlhf_modules("openrlhf.trainer.ppo_utils.experience").Experience
 
     def options(values):
@@ -69,12 +69,13 @@ def orl(openrlhf_modules, monkeypatch, tmp_path):
         monkeypatch.setenv(ENV_VAR, str(path))
 
     def make(estimator, temperature=0.6, **arg_overrides):
-        maker = maker_module.RemoteExperienceMaker.__new__(maker_module.RemoteExperienceMaker)
+        maker_class = maker_cls if estimator in estimators.ESTIMATORS else maker_module.RemoteExperienceMaker
+        maker = maker_class.__new__(maker_class)
         maker.strategy = SimpleNamespace(args=run_args(estimator, **arg_overrides))
         maker.advantage_estimator = estimator
         maker.kl_ctl = SimpleNamespace(value=0.0)
         # OpenRLHF's RayActorGroup over one actor worker, its execute_batch called in-process (Ray's place).
-        worker = launcher.BaseModelActor.__new__(launcher.BaseModelActor)
+        worker = worker_cls.__new__(worker_cls)
         worker.actor = launcher.Actor(TableLM(), temperature=temperature)
         worker.actor.packing_samples = False
         worker.strategy = SimpleNamespace(ring_attn_group=None, is_rank_0=lambda: False)
@@ -230,7 +231,7 @@ def test_run_checks_name_the_bad_value():
 
 def test_gepo_thresholds_survive_openrlhfs_checkpoint_path(orl, openrlhf_modules):
     trainer_module = openrlhf_modules("openrlhf.trainer.ppo_trainer")
-    estimators.patch_trainer(trainer_module)
+    trainer_cls = actors.subclass(trainer_module.BasePPOTrainer, actors.EdgeTrainer)
     orl.options({})
 
     class ActorGroup:  # the checkpoint writer: keeps what save_checkpoint was given
@@ -241,7 +242,7 @@ def test_gepo_thresholds_survive_openrlhfs_checkpoint_path(orl, openrlhf_modules
             return []
 
     def trainer(maker):
-        t = trainer_module.BasePPOTrainer.__new__(trainer_module.BasePPOTrainer)
+        t = trainer_cls.__new__(trainer_cls)
         t.args, t.experience_maker, t.actor_model_group, t.critic_model_group = maker.strategy.args, maker, ActorGroup(), None
         t.wandb_logger = t.tensorboard_logger = None
         t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", float("-inf"), None
@@ -263,8 +264,16 @@ def test_gepo_thresholds_survive_openrlhfs_checkpoint_path(orl, openrlhf_modules
         trainer(orl.make("gepo")).restore_best_checkpoint_state({"global_step": 3})
 
 
-def test_installed_openrlhf_matches_every_table_entry():
+def test_installed_openrlhf_matches_every_table_entry(tmp_path):
     assert find_mismatches(OPENRLHF_DIR) == []
+    # A release whose evaluate no longer calls compute_eval_metrics by that name is caught
+    shutil.copytree(OPENRLHF_DIR, tmp_path / "openrlhf")
+    trainer = tmp_path / "openrlhf" / "trainer" / "ppo_trainer.py"
+    source = trainer.read_text()
+    assert source.count("logs = compute_eval_metrics(") == 1
+    trainer.write_text(source.replace("logs = compute_eval_metrics(", "logs = eval_metrics("))
+    assert find_mismatches(tmp_path / "openrlhf") == [
+        "openrlhf/trainer/ppo_trainer.py: PPOTrainer.evaluate does not read the global(s) ['compute_eval_metrics']"]
 
 
 def test_any_other_openrlhf_version_is_refused(openrlhf_modules, tmp_path, monkeypatch):
@@ -279,10 +288,8 @@ def test_any_other_openrlhf_version_is_refused(openrlhf_modules, tmp_path, monke
     load_launcher(openrlhf_modules)
     maker_module = openrlhf_modules("openrlhf.trainer.ppo_utils.experience_maker")
     assert str(tmp_path) in maker_module.__file__
-    original = maker_module.RemoteExperienceMaker.compute_advantages_and_returns
     with pytest.raises(RuntimeError, match="found openrlhf '0.11.1'"):
-        estimators.patch_experience_maker(maker_module)
-    assert maker_module.RemoteExperienceMaker.compute_advantages_and_returns is original
+        actors.experience_maker_class(maker_module.RemoteExperienceMaker)
     assert OPENRLHF_ROOT.is_dir()
 
 
@@ -291,7 +298,7 @@ def test_openrlhfs_own_group_reward_std_is_kept(orl, estimator):
     # the same shuffled micro-batches through OpenRLHF's own estimator (group_norm) and through the plugin's: the
     # group_reward_std OpenRLHF logs for every estimator is the same number per sample
     orl.options({})
-    own = orl.module.RemoteExperienceMaker.compute_advantages_and_returns.__wrapped__
+    own = orl.module.RemoteExperienceMaker.compute_advantages_and_returns
     reference = own(orl.make("group_norm"), random_step(orl.Experience, seed=3))
     ours = orl.make(estimator).compute_advantages_and_returns(random_step(orl.Experience, seed=3))
     for mine, theirs in zip(ours, reference):
@@ -303,11 +310,8 @@ def test_evaluation_keeps_openrlhfs_metrics_and_adds_the_plugins_logs(openrlhf_m
     monkeypatch.setitem(sys.modules, "ray.util.queue", MagicMock())  # the async trainer's queue (the fake ray has none)
     load_launcher(openrlhf_modules)  # the trainers import OpenRLHF's Actor through it
     trainer_module = openrlhf_modules("openrlhf.trainer.ppo_trainer")
-    unpatched = trainer_module.compute_eval_metrics
-    estimators.patch_trainer(trainer_module)
     async_module = openrlhf_modules("openrlhf.trainer.ppo_trainer_async")
-    estimators.patch_async_trainer(async_module)
-    assert async_module.compute_eval_metrics is trainer_module.compute_eval_metrics
+    own = trainer_module.compute_eval_metrics
 
     # 2 prompts x 2 samples; GEC's executor logs eval = 1 and corrected = 0 for every eval sample, the reward
     # function the grader's outcome; OpenRLHF's own info keys (response_clip_ratio, reward) are not the plugin's
@@ -320,12 +324,31 @@ def test_evaluation_keeps_openrlhfs_metrics_and_adds_the_plugins_logs(openrlhf_m
 
     samples = [sample("p1", 1.0, 0.0, 1.0), sample("p1", 0.0, 0.0, 1.0), sample("p2", 0.0, 0.0, 0.0), sample("p2", 0.0, 0.0, 1.0)]
     loader = [(["math", "math"], ["p1", "p2"], ["a", "b"], [None, None])]
-    logs = trainer_module.compute_eval_metrics(loader, samples, 2)
-    assert {k: v for k, v in logs.items() if not k.startswith("edge_verl/")} == unpatched(loader, samples, 2)
-    # pass1 of math: (0.5 + 0) / 2 = 0.25 (OpenRLHF's); the plugin's: means over the 4 samples
-    assert logs["eval_math_pass1"] == 0.25
-    assert {k: v for k, v in logs.items() if k.startswith("edge_verl/")} == {
-        "edge_verl/gec/corrected": 0.0, "edge_verl/gec/eval": 1.0, "edge_verl/grader/caller": 0.75}
-    assert trainer_module.compute_eval_metrics(loader, [], 2) == {}  # OpenRLHF's answer to no samples
-    estimators.patch_trainer(trainer_module)  # once only
-    assert trainer_module.compute_eval_metrics.__wrapped__ is unpatched
+    expected = {**own(loader, samples, 2), "edge_verl/gec/corrected": 0.0, "edge_verl/gec/eval": 1.0,
+                "edge_verl/grader/caller": 0.75}  # OpenRLHF's (pass1 of math: (0.5 + 0) / 2) + the plugin's means
+    assert expected["eval_math_pass1"] == 0.25
+
+    # The sync trainer's evaluate and the async generator's _run_eval, OpenRLHF's own methods in the subclasses
+    trainer_cls = actors.subclass(trainer_module.PPOTrainer, actors.EdgeTrainer)
+    trainer = trainer_cls.__new__(trainer_cls)
+    trainer.samples_generator = SimpleNamespace(generate_eval_samples=lambda **_: samples)
+    trainer.eval_dataloader, trainer.wandb_logger, trainer.tensorboard_logger = loader, None, None
+    assert trainer.evaluate(3, n_samples_per_prompt=2) == expected
+    generator_cls = actors.subclass(async_module.GenerateSamplesActor, actors.EdgeGenerateSamples)
+    generator = generator_cls.__new__(generator_cls)
+    generator.samples_generator = SimpleNamespace(generate_eval_samples=lambda **_: samples)
+    generator.eval_dataloader, generator.generate_kwargs = loader, {}
+    generator.args = SimpleNamespace(eval=SimpleNamespace(temperature=0.1, n_samples_per_prompt=2))
+    assert generator._run_eval() == expected
+    # ... and only while they run: OpenRLHF's module functions are OpenRLHF's again
+    assert trainer_module.compute_eval_metrics is own and async_module.compute_eval_metrics is own
+    assert estimators.keeping_plugin_logs(own)(loader, [], 2) == {}  # OpenRLHF's answer to no samples
+
+
+def test_globals_of_refuses_a_name_the_method_does_not_read():
+    def method():
+        return None
+
+    with pytest.raises(RuntimeError, match=r"reads no global \['NotThere'\]"):
+        with actors.globals_of(method, NotThere=lambda value: value):
+            pass

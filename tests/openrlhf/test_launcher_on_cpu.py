@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from unittest.mock import MagicMock
 
 import pytest
 
-from edge_verl.openrlhf import train_ppo_ray
-from edge_verl.openrlhf.options import ENV_VAR
+from edge_verl.openrlhf import actors, train_ppo_ray
+from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, run_options
 from tests.openrlhf.conftest import load_launcher
 
 
@@ -29,6 +30,9 @@ def launch(openrlhf_modules, monkeypatch, tmp_path):
     for name in ("openrlhf.trainer.ray.ppo_actor", "openrlhf.trainer.ray.ppo_critic"):
         monkeypatch.setitem(sys.modules, name, MagicMock())
     sys.modules["ray"].is_initialized = lambda: False
+    # The actor classes need OpenRLHF's trainer modules (deepspeed, vLLM): tests/e2e runs them for real.
+    monkeypatch.setattr(actors, "actor_classes", lambda: {})
+    monkeypatch.setenv(CONTENT_ENV_VAR, "")  # restored after the test (the launcher sets it)
     seen = {}
     original_check = train_ppo_ray.check_args
 
@@ -40,6 +44,7 @@ def launch(openrlhf_modules, monkeypatch, tmp_path):
     monkeypatch.setattr(train_ppo_ray, "check_args", check_then_stop)
 
     def run(argv, options=None):
+        monkeypatch.setenv(CONTENT_ENV_VAR, "")  # what a previous launch set in this process
         if options is not None:
             path = tmp_path / f"o{len(list(tmp_path.iterdir()))}.json"
             path.write_text(json.dumps(options))
@@ -78,13 +83,20 @@ def test_launcher_refuses_what_the_estimators_and_gec_cannot_run(launch):
     assert args.train.agent_func_path == train_ppo_ray.GEC_AGENT_FILE
 
 
-def test_openrlhfs_ray_init_gets_the_setup_hook_and_the_options_file(monkeypatch, tmp_path):
-    monkeypatch.setenv(ENV_VAR, "options.json")
-    monkeypatch.chdir(tmp_path)
-    ours = train_ppo_ray.runtime_env_with_ours({"env_vars": {"NCCL_DEBUG": "WARN"}})  # OpenRLHF's train() passes env_vars
-    assert ours == {
-        "env_vars": {"NCCL_DEBUG": "WARN", ENV_VAR: str(tmp_path / "options.json")},
-        "worker_process_setup_hook": "edge_verl.openrlhf.estimators.install",
-    }
-    with pytest.raises(ValueError, match="already sets worker_process_setup_hook='other.hook'"):
-        train_ppo_ray.runtime_env_with_ours({"worker_process_setup_hook": "other.hook"})
+def test_the_options_travel_by_content_in_openrlhfs_runtime_env(launch, monkeypatch, tmp_path):
+    ours = train_ppo_ray.runtime_env_with_ours({"env_vars": {"NCCL_DEBUG": "WARN"}}, '{"gepo":{}}')
+    assert ours == {"env_vars": {"NCCL_DEBUG": "WARN", CONTENT_ENV_VAR: '{"gepo":{}}'}}  # no setup hook
+    # The launcher validates the file once and reads it as its workers will: from the content, the file gone.
+    options = {"gepo": {"alpha_low": 0.6}, "reward": {"format_policy": "lenient"}}
+    launch([*BASE, "--algo.advantage.estimator", "gepo"], options)
+    content = json.loads(os.environ[CONTENT_ENV_VAR])
+    assert content == options
+    for file in tmp_path.iterdir():
+        file.unlink()
+    assert run_options().gepo.alpha_low == 0.6 and run_options().source == CONTENT_ENV_VAR
+    # Both variables, saying different things: refused
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "options.json"))
+    monkeypatch.setenv(CONTENT_ENV_VAR, '{"gepo": {"alpha_low": 0.9}}')
+    with pytest.raises(ValueError, match="differs from the file"):
+        train_ppo_ray.main([*BASE, "--algo.advantage.estimator", "gepo"])

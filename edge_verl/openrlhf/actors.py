@@ -1,0 +1,181 @@
+"""OpenRLHF 0.11.2's actors with ``gepo`` / ``edge_eda``: subclasses that the launcher puts in OpenRLHF's place.
+
+OpenRLHF has no hook for advantage estimators. Its ``train_ppo_ray`` looks its actor classes up when it runs:
+``PolicyModelActor`` at the import of ``openrlhf.cli.train_ppo_ray`` (which the launcher executes afresh),
+``PPOTrainer`` / ``PPOTrainerAsync`` inside ``train``. The launcher (``train_ppo_ray.py``) sets those three
+module attributes, in its own process and for the run only, to the classes ``actor_classes()`` builds here;
+Ray sends them to its workers like any actor class. No worker is patched: a worker runs these classes
+because it was asked to create one (under ``ray job submit`` and on several nodes alike).
+
+What each subclass changes (mixins below, over OpenRLHF's undecorated ``__ray_actor_class__``):
+- trainer (``PPOTrainer``, and the async ``TrainingActor``): its experience maker becomes
+  ``RemoteExperienceMaker`` + ``GroupEstimatorMaker`` (``gepo`` / ``edge_eda`` through the pure functions of
+  ``edge_verl.algorithms``; any other estimator is OpenRLHF's code); GEPO's thresholds go into every
+  checkpoint's ``client_states`` and come back on resume; evaluation keeps the plugin's logs.
+- ``GenerateSamplesActor`` (async): evaluation keeps the plugin's logs.
+- ``PPOTrainerAsync``: creates the two actors above in place of OpenRLHF's.
+- ``PolicyModelActor``: gains ``edge_verl_token_entropy`` (EDA's old-policy entropy).
+
+Where OpenRLHF creates or calls something by a module-level name inside a method (``RemoteExperienceMaker``
+in ``BasePPOTrainer.__init__``, ``compute_eval_metrics`` in ``evaluate`` / ``_run_eval``, the two actors in
+``PPOTrainerAsync.__init__``), the subclass calls OpenRLHF's method with that name bound to its own object in
+the namespace that method reads (``globals_of``), for that call only. Not the module attribute: Ray sends an
+actor class by value, and its methods then read a copy of their module's globals (measured with Ray 2.55),
+which is also why a method patched on an OpenRLHF class after import never reaches its actors. Every name
+used here is on the books in ``internals.py``, and another OpenRLHF version is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import inspect
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+from edge_verl.openrlhf.estimators import (
+    ENTROPY_METHOD,
+    ESTIMATORS,
+    GEPO_STATE_KEY,
+    compute_edge_advantages,
+    edge_verl_token_entropy,
+    gepo_thresholds,
+    keeping_plugin_logs,
+)
+from edge_verl.openrlhf.internals import check_module_version
+from edge_verl.openrlhf.options import run_options
+
+EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
+PPO_TRAINER_ASYNC = "openrlhf.trainer.ppo_trainer_async"
+PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
+
+
+@contextlib.contextmanager
+def globals_of(method: Callable, **wrappers: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, OpenRLHF's ``method`` reads ``wrapper(value)`` for each global name it reads
+    (replaced in the namespace it actually reads, its ``__globals__``); each name must be one of them."""
+    namespace = inspect.unwrap(getattr(method, "__func__", method)).__globals__
+    missing = sorted(set(wrappers) - set(namespace))
+    if missing:
+        raise RuntimeError(f"{method.__qualname__} reads no global {missing}: not the OpenRLHF it was checked against")
+    saved = {name: namespace[name] for name in wrappers}
+    namespace.update({name: wrap(saved[name]) for name, wrap in wrappers.items()})
+    try:
+        yield
+    finally:
+        namespace.update(saved)
+
+
+class GroupEstimatorMaker:
+    """``RemoteExperienceMaker``: ``gepo`` / ``edge_eda`` through ``compute_edge_advantages``."""
+
+    def compute_advantages_and_returns(self, experiences, **kwargs):
+        if self.strategy.args.algo.advantage.estimator not in ESTIMATORS:
+            return super().compute_advantages_and_returns(experiences, **kwargs)
+        apply_length_penalties = importlib.import_module(EXPERIENCE_MAKER).apply_length_penalties
+        return compute_edge_advantages(self, experiences, run_options(), apply_length_penalties)
+
+
+class EdgeTrainer:
+    """``BasePPOTrainer`` subclasses (``PPOTrainer``, the async ``TrainingActor``)."""
+
+    def __init__(self, *args, **kwargs):
+        # BasePPOTrainer.__init__ creates the experience maker (PPOTrainer's and TrainingActor's call it)
+        base = next(cls for cls in type(self).__mro__ if cls.__name__ == "BasePPOTrainer")
+        with globals_of(base.__init__, RemoteExperienceMaker=experience_maker_class):
+            super().__init__(*args, **kwargs)
+
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        thresholds = gepo_thresholds(self.experience_maker, run_options())
+        if thresholds is not None and client_states is not None:
+            client_states[GEPO_STATE_KEY] = thresholds.state_dict()
+        return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
+    def restore_best_checkpoint_state(self, checkpoint_states):
+        super().restore_best_checkpoint_state(checkpoint_states)
+        options = run_options()
+        thresholds = gepo_thresholds(self.experience_maker, options)
+        if thresholds is None:
+            return
+        states = checkpoint_states or {}
+        if GEPO_STATE_KEY in states:
+            thresholds.load_state_dict(states[GEPO_STATE_KEY])
+            print(f"edge_verl: GEPO thresholds restored at global_step {states.get('global_step')}: "
+                  f"{json.dumps(thresholds.state_dict(), sort_keys=True)}", flush=True)
+        elif states.get("global_step", 0) > 0 and not options.gepo.resume_without_state:
+            raise ValueError(
+                f"Resuming a gepo run at global_step {states['global_step']} from a checkpoint without GEPO's "
+                f"thresholds ({GEPO_STATE_KEY!r} in client_states): it was not saved by edge_verl's launcher. Set "
+                "gepo.resume_without_state=true in the EDGE_VERL_OPENRLHF options to start the thresholds afresh."
+            )
+
+    def evaluate(self, global_step, **generate_kwargs):
+        """The sync trainer's evaluation (OpenRLHF's, which logs it), with the plugin's eval logs added."""
+        evaluate = super().evaluate
+        with globals_of(evaluate, compute_eval_metrics=keeping_plugin_logs):
+            return evaluate(global_step, **generate_kwargs)
+
+
+class EdgeGenerateSamples:
+    """The async ``GenerateSamplesActor``: its evaluation keeps the plugin's logs."""
+
+    def _run_eval(self):
+        run_eval = super()._run_eval
+        with globals_of(run_eval, compute_eval_metrics=keeping_plugin_logs):
+            return run_eval()
+
+
+class EdgeAsyncTrainer:
+    """``PPOTrainerAsync``: creates edge_verl's ``TrainingActor`` and ``GenerateSamplesActor``."""
+
+    def __init__(self, *args, **kwargs):
+        init = super().__init__
+        with globals_of(init, TrainingActor=lambda actor: remote_subclass(actor, EdgeTrainer),
+                        GenerateSamplesActor=lambda actor: remote_subclass(actor, EdgeGenerateSamples)):
+            init(*args, **kwargs)
+
+
+class EdgePolicyActor:
+    """``PolicyModelActor``: EDA's old-policy token entropy (run by the trainer through ``execute_batch``)."""
+
+
+setattr(EdgePolicyActor, ENTROPY_METHOD, edge_verl_token_entropy)
+
+
+def undecorated(actor: Any) -> type:
+    """The class under a Ray actor class (``__ray_actor_class__``), or the class itself."""
+    return getattr(actor, "__ray_actor_class__", actor)
+
+
+@lru_cache(maxsize=None)
+def subclass(base: type, mixin: type) -> type:
+    """``mixin`` over OpenRLHF's ``base``, under the base's name (Ray's logs and OpenRLHF's messages unchanged);
+    refused unless ``base`` comes from the pinned OpenRLHF."""
+    check_module_version(importlib.import_module(base.__module__))
+    return type(base.__name__, (mixin, base), {"__module__": __name__, "__qualname__": f"{mixin.__name__}.{base.__name__}"})
+
+
+def experience_maker_class(base: type) -> type:
+    return subclass(base, GroupEstimatorMaker)
+
+
+@lru_cache(maxsize=None)
+def remote_subclass(actor: Any, mixin: type) -> Any:
+    """The Ray actor class of ``subclass(OpenRLHF's class, mixin)``, with the Ray options OpenRLHF gave it."""
+    import ray
+
+    cls = subclass(undecorated(actor), mixin)
+    options = dict(getattr(actor, "_default_options", None) or {})
+    return ray.remote(**options)(cls) if options else ray.remote(cls)
+
+
+def actor_classes() -> dict[tuple[str, str], Any]:
+    """(module, attribute) -> the actor class the launcher puts there for a run."""
+    trainer, trainer_async, policy = (importlib.import_module(m) for m in (PPO_TRAINER, PPO_TRAINER_ASYNC, PPO_ACTOR))
+    return {
+        (PPO_TRAINER, "PPOTrainer"): remote_subclass(trainer.PPOTrainer, EdgeTrainer),
+        (PPO_TRAINER_ASYNC, "PPOTrainerAsync"): remote_subclass(trainer_async.PPOTrainerAsync, EdgeAsyncTrainer),
+        (PPO_ACTOR, "PolicyModelActor"): remote_subclass(policy.PolicyModelActor, EdgePolicyActor),
+    }
