@@ -37,16 +37,19 @@ STEP = re.compile(r"Global step (\d+): (\{.*\})")
 RESTORED = re.compile(r"edge_verl: GEPO thresholds restored at global_step (\d+): (\{.*\})")
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def build_inputs(folder: Path, max_positions: int | None = None) -> dict:
+    """The tiny model and the task's rows in OpenRLHF's format under ``folder``; ``max_positions``: the
+    model's position limit raised (rotary positions: nothing to train), for vLLM's ``max_model_len``."""
     if not VENV_PYTHON.is_file():
         pytest.fail(f"OpenRLHF's CPU environment is missing at {VENV_PYTHON.parent.parent}: run `bash scripts/setup.sh` "
                     "(without EDGE_VERL_OPENRLHF_SETUP=0).")
-    folder = tmp_path_factory.mktemp("openrlhf_inputs")
     # 70 warm-start steps (the copy task's own 50 leave ~12% right, 100 ~85%): some right, some wrong, so that
     # groups of 8 are mixed (a gradient at every step) and GEC has responses to correct
     config = DemoConfig(task="copy", rollout="vllm", seed=1, warm_start_steps=70, out=folder)
     model = build_warm_model(model_recipe(config), folder / "model")
+    if max_positions is not None:
+        config_file = model / "config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "max_position_embeddings": max_positions}))
     rows = task.training_rows(task.get_task("copy"), 64, seed=1)
     data = folder / "train.jsonl"
     data.write_text("".join(
@@ -57,15 +60,14 @@ def inputs(tmp_path_factory):
     return {"model": model, "data": data}
 
 
-def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str) -> dict:
-    """One ``python -m edge_verl.openrlhf.train_ppo_ray`` run of ``steps`` steps in OpenRLHF's environment; its
-    log and the metrics OpenRLHF logged per step."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "options.json").write_text(json.dumps(options))
-    env = {**os.environ, **cpu.environment(gpus=2), "EDGE_VERL_OPENRLHF": str(out / "options.json")}
-    env.pop("EDGE_VERL_OPENRLHF_OPTIONS", None)
-    command = [
-        str(VENV_PYTHON), "-m", "edge_verl.openrlhf.train_ppo_ray",
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return build_inputs(tmp_path_factory.mktemp("openrlhf_inputs"))
+
+
+def launcher_arguments(inputs, out: Path, estimator: str, steps: int, *extra: str) -> list[str]:
+    """The launcher's command line (OpenRLHF's arguments) for ``steps`` steps of the tiny model on CPU."""
+    arguments = [
         "--actor.model_name_or_path", str(inputs["model"]),
         "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1", "--ref.num_nodes", "1", "--ref.num_gpus_per_node", "1",
         "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1", "--vllm.sync_backend", "gloo", "--vllm.enforce_eager",
@@ -80,8 +82,26 @@ def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: 
         "--ckpt.path", str(out / "ckpt"), "--ckpt.save_steps", "1", "--ckpt.output_dir", str(out / "final"), *extra,
     ]
     if "--train.agent_func_path" not in extra:
-        command += ["--reward.remote_url", REWARD_FILE]
-    result = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=900)
+        arguments += ["--reward.remote_url", REWARD_FILE]
+    return arguments
+
+
+def cpu_environment(options_file: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, **cpu.environment(gpus=2), "PATH": f"{VENV_PYTHON.parent}{os.pathsep}{os.environ['PATH']}"}
+    for name in ("EDGE_VERL_OPENRLHF", "EDGE_VERL_OPENRLHF_OPTIONS", "VIRTUAL_ENV", "RAY_ADDRESS"):
+        env.pop(name, None)
+    return {**env, "EDGE_VERL_OPENRLHF": str(options_file)} if options_file else env
+
+
+def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str) -> dict:
+    """One ``python -m edge_verl.openrlhf.train_ppo_ray`` run of ``steps`` steps in OpenRLHF's environment; its
+    log and the metrics OpenRLHF logged per step."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "options.json").write_text(json.dumps(options))
+    command = [str(VENV_PYTHON), "-m", "edge_verl.openrlhf.train_ppo_ray",
+               *launcher_arguments(inputs, out, estimator, steps, *extra)]
+    result = subprocess.run(command, env=cpu_environment(out / "options.json"), cwd=out, capture_output=True,
+                            text=True, timeout=900)
     log = result.stdout + result.stderr
     (out / "train.log").write_text(log)
     assert result.returncode == 0, log[-8000:]
@@ -143,3 +163,48 @@ def test_gec_corrects_one_step_through_the_agent_file(inputs, tmp_path, parts):
     assert logged["edge_verl/gec/eval"] == 0  # training calls, told by the temperature
     assert logged["edge_verl/gec/corrected"] > 0 and logged["reward"] > 0, logged  # wrong responses corrected
     assert "edge_verl/grader/caller" in logged
+
+
+@pytest.mark.parametrize("parts", [REAL])
+def test_the_async_trainer_runs_gepo_checkpoints_its_thresholds_and_keeps_eval_logs(inputs, tmp_path, parts):
+    # --train.async_enable: OpenRLHF's PPOTrainerAsync creates its TrainingActor and GenerateSamplesActor itself;
+    # the launcher's PPOTrainerAsync creates edge_verl's subclasses of both
+    out = tmp_path / "async"
+    run = train(inputs, out, "gepo", 2, {"gepo": {}}, "--train.async_enable", "--eval.dataset", str(inputs["data"]),
+                "--eval.steps", "1", "--eval.temperature", "0.1")
+    assert sorted(run["metrics"]) == [1, 2] and all("gepo/h_low" in logged for logged in run["metrics"].values())
+    assert saved_thresholds(out, 2)["num_updates"] == 2
+    evaluation = re.search(r"Async evaluation completed: (\{.*\})", run["log"])
+    assert evaluation, "no evaluation ran"
+    logged = ast.literal_eval(evaluation.group(1))
+    assert "eval_default_pass1" in logged and "edge_verl/grader/caller" in logged, logged
+
+
+@pytest.mark.parametrize("parts", [REAL])
+def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
+    # `ray job submit` on a running cluster: the launcher is the job's driver; its options file is named in the
+    # job's runtime_env (the submitting shell's environment does not reach the driver)
+    out = tmp_path / "job"
+    out.mkdir()
+    (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}}))
+    env = cpu_environment()
+    ray = [str(VENV_PYTHON.parent / "ray")]
+    started = subprocess.run([*ray, "start", "--head", "--num-gpus", "2", "--num-cpus", "8", "--include-dashboard",
+                              "true", "--dashboard-host", "127.0.0.1", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        runtime_env = json.dumps({"env_vars": {"EDGE_VERL_OPENRLHF": str(out / "options.json")}})
+        result = subprocess.run(
+            [*ray, "job", "submit", "--address", "http://127.0.0.1:8265", "--runtime-env-json", runtime_env, "--",
+             "python", "-m", "edge_verl.openrlhf.train_ppo_ray", *launcher_arguments(inputs, out, "gepo", 2)],
+            env=env, cwd=out, capture_output=True, text=True, timeout=900,
+        )
+    finally:
+        subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=300)
+    log = result.stdout + result.stderr
+    (out / "job.log").write_text(log)
+    assert result.returncode == 0 and "succeeded" in log, log[-8000:]
+    metrics = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in STEP.finditer(log)}
+    assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
+    assert saved_thresholds(out, 2)["num_updates"] == 2  # edge_verl's trainer subclass ran in the job

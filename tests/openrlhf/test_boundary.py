@@ -27,3 +27,13 @@ def test_module_prints_the_hook_file_paths():
         out = subprocess.run([sys.executable, "-m", "edge_verl.openrlhf", name], capture_output=True, text=True,
                              check=True, cwd=REPO, timeout=120).stdout.strip()
         assert out == str(REPO / "edge_verl" / "openrlhf" / file)
+
+
+def test_cpu_env_prints_the_cpu_environment_as_exports():
+    from edge_verl.openrlhf.cpu import SITE_DIR, environment
+
+    out = subprocess.run([sys.executable, "-m", "edge_verl.openrlhf", "cpu-env"], capture_output=True, text=True,
+                         check=True, cwd=REPO, timeout=120).stdout
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
+    assert {name: value.strip("'") for name, value in exported.items()} == environment()
+    assert exported["EDGE_VERL_OPENRLHF_CPU"] == "1" and str(SITE_DIR) in exported["PYTHONPATH"]
