@@ -1,5 +1,6 @@
 """Test tiers, by folder: pure (everything else: no verl import, seconds), ``verl`` (tests/integration/:
-verl functions in-process, seconds), ``e2e`` (tests/e2e/: real ``main_ppo`` runs on CPU, ~1.5-2 min each).
+verl functions in-process, seconds), ``e2e`` (tests/e2e/: real ``main_ppo`` runs on CPU, ~1.5-2 min each, and
+OpenRLHF's ``train_ppo_ray`` in its own environment, ~1 min each).
 The markers are applied here from the folder, so a test cannot sit in a folder and miss its tier.
 ``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
 
