@@ -3,6 +3,7 @@ OpenRLHF (they are imported where OpenRLHF already has them); and the hook files
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,16 @@ def test_cpu_env_prints_the_cpu_environment_as_exports():
     exported = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
     assert {name: value.strip("'") for name, value in exported.items()} == environment()
     assert exported["EDGE_VERL_OPENRLHF_CPU"] == "1" and str(SITE_DIR) in exported["PYTHONPATH"]
+
+
+def test_the_cpu_sitecustomize_installs_only_when_asked_and_runs_the_one_it_shadows(tmp_path):
+    from edge_verl.openrlhf.cpu import SITE_DIR
+
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.SHADOWED_RAN = True\n")
+    code = "import builtins, sys; print(getattr(builtins, 'SHADOWED_RAN', False), 'flash_attn_2_cuda' in sys.modules)"
+    for flag, installed in (("1", "True"), ("0", "False")):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(tmp_path), str(REPO)]),
+               "EDGE_VERL_OPENRLHF_CPU": flag}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                             cwd=tmp_path, timeout=120).stdout.split()
+        assert out == ["True", installed]
