@@ -73,7 +73,7 @@ def check_version(found: Optional[str]) -> None:
     """Refuse every OpenRLHF but the pinned one, naming both."""
     if found != PINNED_VERSION:
         raise RuntimeError(
-            f"edge_verl's OpenRLHF coupling is pinned to openrlhf=={PINNED_VERSION} (every patched or relied-on "
+            f"edge_verl's OpenRLHF coupling is pinned to openrlhf=={PINNED_VERSION} (every subclassed or relied-on "
             f"attribute is checked against it: edge_verl/openrlhf/internals.py); found openrlhf {found!r}. "
             f"Install openrlhf=={PINNED_VERSION}, or drop edge_verl's OpenRLHF files from the command line."
         )
