@@ -2,7 +2,7 @@
 
 Real: Ray (a local cluster, OpenRLHF's actors and placement groups), vLLM's CPU build (OpenRLHF's
 ``RolloutRayActor``, its engine-core and worker processes), DeepSpeed's CPU accelerator (ZeRO-2, gloo, its
-checkpoint files), OpenRLHF's trainer, experience maker, replay buffer and loss, and edge_verl's reward file,
+checkpoint files), OpenRLHF's trainer (sync and async), experience maker, replay buffer and loss, and edge_verl's reward file,
 GEC agent file, actor subclasses and options passed by content. Substituted (``edge_verl/openrlhf/cpu.py``):
 ``torch.cuda`` calls in OpenRLHF's trainer, Ray's logical GPUs, flash-attn's CUDA kernels (never called), and
 the weight sync's transport (gloo where OpenRLHF uses NCCL; the same tensors, ranks and rendezvous), each
@@ -156,12 +156,15 @@ def test_edge_eda_trains_and_the_weight_sync_carries_the_trained_weights(inputs,
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_gec_corrects_one_step_through_the_agent_file(inputs, tmp_path, parts):
-    options = {"gec": {"n_samples_per_prompt": N, "rollout_temperature": 1.0}}
-    run = train(inputs, tmp_path / "gec", "group_norm", 1, options, "--train.agent_func_path", GEC_AGENT_FILE)
+def test_edge_gec_through_the_agent_file_with_eda_corrects_and_trains_one_step(inputs, tmp_path, parts):
+    # EDGE-GRPO whole: GEC (the agent file) corrects wrong responses, EDA weighs the advantages
+    options = {"gec": {"n_samples_per_prompt": N, "rollout_temperature": 1.0}, "edge_eda": {"entropy_gradient": False}}
+    run = train(inputs, tmp_path / "edge", "edge_eda", 1, options, "--train.agent_func_path", GEC_AGENT_FILE)
     logged = run["metrics"][1]
     assert logged["edge_verl/gec/eval"] == 0  # training calls, told by the temperature
-    assert logged["edge_verl/gec/corrected"] > 0 and logged["reward"] > 0, logged  # wrong responses corrected
+    assert logged["edge_verl/gec/corrected"] > 0 and logged["edge_verl/gec/injected_tokens"] > 0, logged
+    assert logged["reward"] > logged["edge_verl/gec/original_score"], logged  # the corrections were graded right
+    assert logged["edge_eda/response_entropy"] > 0 and logged["actor_grad_norm"] > 0, logged
     assert "edge_verl/grader/caller" in logged
 
 
