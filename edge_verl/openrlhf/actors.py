@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import inspect
+import json
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
@@ -171,11 +171,11 @@ def remote_subclass(actor: Any, mixin: type) -> Any:
     return ray.remote(**options)(cls) if options else ray.remote(cls)
 
 
-def actor_classes() -> dict[tuple[str, str], Any]:
-    """(module, attribute) -> the actor class the launcher puts there for a run."""
+def actor_classes() -> dict[tuple[Any, str], Any]:
+    """(OpenRLHF module, attribute) -> the actor class the launcher puts there for a run."""
     trainer, trainer_async, policy = (importlib.import_module(m) for m in (PPO_TRAINER, PPO_TRAINER_ASYNC, PPO_ACTOR))
     return {
-        (PPO_TRAINER, "PPOTrainer"): remote_subclass(trainer.PPOTrainer, EdgeTrainer),
-        (PPO_TRAINER_ASYNC, "PPOTrainerAsync"): remote_subclass(trainer_async.PPOTrainerAsync, EdgeAsyncTrainer),
-        (PPO_ACTOR, "PolicyModelActor"): remote_subclass(policy.PolicyModelActor, EdgePolicyActor),
+        (trainer, "PPOTrainer"): remote_subclass(trainer.PPOTrainer, EdgeTrainer),
+        (trainer_async, "PPOTrainerAsync"): remote_subclass(trainer_async.PPOTrainerAsync, EdgeAsyncTrainer),
+        (policy, "PolicyModelActor"): remote_subclass(policy.PolicyModelActor, EdgePolicyActor),
     }

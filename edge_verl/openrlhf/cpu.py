@@ -149,12 +149,8 @@ def stateless_init_process_group(master_address, master_port, rank, world_size, 
     return GlooWeightGroup(master_address, master_port, rank, world_size)
 
 
-def _patch_distributed_util(module: Any) -> None:
+def _use_gloo_weight_group(module: Any) -> None:
     module.stateless_init_process_group = stateless_init_process_group
-
-
-def _patch_ppo_actor(module: Any) -> None:
-    module.stateless_init_process_group = stateless_init_process_group  # bound by name at its import
 
 
 def update_weight(self, name, dtype, shape, empty_cache=False):
@@ -193,8 +189,8 @@ PATCHES = {
     "ray": _patch_ray,
     "openrlhf.utils.deepspeed.deepspeed": _patch_deepspeed_strategy,
     "openrlhf.trainer.ppo_utils.replay_buffer": _patch_replay_buffer,
-    "openrlhf.utils.distributed_util": _patch_distributed_util,
-    "openrlhf.trainer.ray.ppo_actor": _patch_ppo_actor,
+    "openrlhf.utils.distributed_util": _use_gloo_weight_group,
+    "openrlhf.trainer.ray.ppo_actor": _use_gloo_weight_group,  # its own binding (imported by name)
     "openrlhf.trainer.ray.vllm_worker_wrap": _patch_worker_wrap,
     "vllm.model_executor.layers.utils": _patch_vllm_layer_utils,
 }

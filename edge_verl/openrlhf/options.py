@@ -139,25 +139,28 @@ class OpenRlhfOptions:
         )
 
 
+def _file_values(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{ENV_VAR}={path!r}: cannot read it as a JSON file ({error})") from error
+
+
 def options_text(path: Optional[str]) -> str:
     """The options file at ``path`` as one line of JSON (``{}`` when ``path`` is empty), validated: what the
     launcher passes to every Ray worker in ``CONTENT_ENV_VAR``."""
     if not path:
         return "{}"
-    read_options(path)  # validated here, before Ray or any model
-    return json.dumps(json.loads(Path(path).read_text()), separators=(",", ":"))
+    values = _file_values(path)
+    OpenRlhfOptions.from_mapping(values, source=path)  # validated here, before Ray or any model
+    return json.dumps(values, separators=(",", ":"))
 
 
 def read_options(path: Optional[str]) -> OpenRlhfOptions:
     """The options in the JSON file at ``path``; the defaults when ``path`` is empty or None."""
     if not path:
         return OpenRlhfOptions()
-    file = Path(path)
-    try:
-        values = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{ENV_VAR}={path!r}: cannot read it as a JSON file ({error})") from error
-    return OpenRlhfOptions.from_mapping(values, source=str(file))
+    return OpenRlhfOptions.from_mapping(_file_values(path), source=str(Path(path)))
 
 
 _CACHE: dict[tuple[str, str], OpenRlhfOptions] = {}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import runpy
 import sys
@@ -93,17 +92,16 @@ def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
 
 
 @contextlib.contextmanager
-def attributes_set(values: dict) -> Iterator[None]:
-    """Within the block, each (module name, attribute) of ``values`` is set to its value."""
-    modules = {name: importlib.import_module(name) for name, _ in values}
-    saved = {(name, attribute): getattr(modules[name], attribute) for name, attribute in values}
+def attributes_set(values: dict[tuple[Any, str], Any]) -> Iterator[None]:
+    """Within the block, each (object, attribute) of ``values`` is set to its value; restored after."""
+    saved = {(owner, attribute): getattr(owner, attribute) for owner, attribute in values}
     try:
-        for (name, attribute), value in values.items():
-            setattr(modules[name], attribute, value)
+        for (owner, attribute), value in values.items():
+            setattr(owner, attribute, value)
         yield
     finally:
-        for (name, attribute), value in saved.items():
-            setattr(modules[name], attribute, value)
+        for (owner, attribute), value in saved.items():
+            setattr(owner, attribute, value)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -132,19 +130,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     def ray_init_with_ours(*args, runtime_env=None, **kwargs):
         return ray_init(*args, runtime_env=runtime_env_with_ours(runtime_env, options), **kwargs)
 
-    argparse.ArgumentParser.add_argument = add_argument_with_ours
-    config_module.hierarchize = hierarchize_checked
-    ray.init = ray_init_with_ours
-    saved_argv = sys.argv
-    try:
-        with attributes_set(actor_classes()):
-            sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
-            runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
-    finally:
-        sys.argv = saved_argv
-        argparse.ArgumentParser.add_argument = add_argument
-        config_module.hierarchize = hierarchize
-        ray.init = ray_init
+    for_the_run = {
+        (argparse.ArgumentParser, "add_argument"): add_argument_with_ours,
+        (config_module, "hierarchize"): hierarchize_checked,
+        (ray, "init"): ray_init_with_ours,
+        (sys, "argv"): ["openrlhf.cli.train_ppo_ray", *argv],
+        **actor_classes(),
+    }
+    with attributes_set(for_the_run):
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import pytest
 
 from edge_verl.openrlhf.reward_func import grade_response, label_parts
 from edge_verl.openrlhf.options import RewardOptions
-from tests.e2e.test_openrlhf_train_ppo_ray_on_cpu import REAL, STEP, build_inputs, cpu_environment
+from tests.e2e.test_openrlhf_train_ppo_ray_on_cpu import REAL, build_inputs, cpu_environment, step_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "openrlhf.md"
@@ -74,7 +74,7 @@ def test_the_documented_gepo_command_runs_on_cpu_and_evaluates(tmp_path, parts):
     log = result.stdout + result.stderr
     (tmp_path / "run.log").write_text(log)
     assert result.returncode == 0, log[-8000:]
-    metrics = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in STEP.finditer(log)}
+    metrics = step_metrics(log)
     assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
     # --eval.steps makes the evaluation run, on the data command's math500 rows, graded by the reward file
     evaluations = re.findall(r"Evaluation completed in .*?eval_metrics: (\{.*\})", log)

@@ -37,6 +37,11 @@ STEP = re.compile(r"Global step (\d+): (\{.*\})")
 RESTORED = re.compile(r"edge_verl: GEPO thresholds restored at global_step (\d+): (\{.*\})")
 
 
+def step_metrics(log: str) -> dict[int, dict]:
+    """Global step -> the metrics OpenRLHF's trainer logged for it."""
+    return {int(m.group(1)): ast.literal_eval(m.group(2)) for m in STEP.finditer(log)}
+
+
 def build_inputs(folder: Path, max_positions: int | None = None) -> dict:
     """The tiny model and the task's rows in OpenRLHF's format under ``folder``; ``max_positions``: the
     model's position limit raised (rotary positions: nothing to train), for vLLM's ``max_model_len``."""
@@ -105,8 +110,7 @@ def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: 
     log = result.stdout + result.stderr
     (out / "train.log").write_text(log)
     assert result.returncode == 0, log[-8000:]
-    metrics = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in STEP.finditer(log)}
-    return {"log": log, "metrics": metrics}
+    return {"log": log, "metrics": step_metrics(log)}
 
 
 def saved_thresholds(out: Path, step: int) -> dict:
@@ -208,6 +212,6 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     log = result.stdout + result.stderr
     (out / "job.log").write_text(log)
     assert result.returncode == 0 and "succeeded" in log, log[-8000:]
-    metrics = {int(m.group(1)): ast.literal_eval(m.group(2)) for m in STEP.finditer(log)}
+    metrics = step_metrics(log)
     assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
     assert saved_thresholds(out, 2)["num_updates"] == 2  # edge_verl's trainer subclass ran in the job

@@ -56,7 +56,8 @@ class TableLM(torch.nn.Module):
 
 @pytest.fixture
 def orl(openrlhf_modules, monkeypatch, tmp_path):
-    """The patched experience maker module, the launcher (with its actor group), and a maker factory."""
+    """The experience maker module, the launcher (with its actor group), and a maker factory (edge_verl's
+    subclass for gepo / edge_eda, OpenRLHF's class otherwise)."""
     launcher = load_launcher(openrlhf_modules)
     maker_module = openrlhf_modules("openrlhf.trainer.ppo_utils.experience_maker")
     maker_cls = actors.experience_maker_class(maker_module.RemoteExperienceMaker)
