@@ -19,7 +19,7 @@ import inspect
 import math
 import re
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Mapping, NamedTuple, Optional, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional, get_args, get_origin, get_type_hints
 
 from edge_verl.algorithms.gec import ANSWER_TEMPLATE, INJECTED_LOSSES, REFLECTION_PHRASE
 from edge_verl.algorithms.gepo import GROUP_ENTROPY_ESTIMATORS, GepoThresholds
@@ -270,7 +270,8 @@ class GecConfig:
     missing_solution: what a replace_solution draw does for a row without a reference solution: "regenerate"
         (default; counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).
     correct_threshold: a response whose reward score exceeds this counts as correct (binary reward: 0.5).
-    seed: seeds the per-response random source together with uid and sample index; paper seed 42.
+    seed: seeds GEC's per-response random source together with the response's identity (its sampling seed,
+        ``algorithm.edge_seeding``); paper seed 42.
     group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
 
     The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
@@ -349,8 +350,22 @@ class GecConfig:
         return _from_mapping(cls, values)
 
 
+class _Switches:
+    """A section whose fields need only what they declare (``_check_declared``): its checks and its
+    ``from_mapping`` (unknown keys refused), under the section's name."""
+
+    section: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        _check_declared(self, self.section)
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]):
+        return _from_mapping(cls, values)
+
+
 @dataclass(frozen=True)
-class MetricsConfig:
+class MetricsConfig(_Switches):
     """Extra metrics for any estimator, verl's built-ins included (options under ``algorithm.edge_metrics``).
 
     advantage_stats: log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and
@@ -367,15 +382,30 @@ class MetricsConfig:
         read of the batch per step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture.
     """
 
+    section: ClassVar[str] = "edge_metrics"
     advantage_stats: bool = False
     per_source: bool = False
 
-    def __post_init__(self) -> None:
-        _check_declared(self, "edge_metrics")
 
-    @classmethod
-    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "MetricsConfig":
-        return _from_mapping(cls, values)
+@dataclass(frozen=True)
+class SeedingConfig(_Switches):
+    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
+
+    enable: on (default) in every run that uses the plugin; a plain verl run (GRPO) gets it with
+        ``+algorithm.edge_seeding.enable=True``, so that a baseline beside EDGE or GEPO is seeded the same way
+        (otherwise the pair is not paired). When on: each response is sampled with a seed of its own, a function
+        of ``actor_rollout_ref.rollout.seed``, the global step, the prompt's identity (``data_source``,
+        ``extra_info.index`` and the prompt itself) and the response's index in its group, carried as the request's
+        ``seed`` sampling parameter (vLLM builds a generator per request from it; so does the CPU rollout), so
+        the n samples of a prompt differ and none depends on timing or arrival order; GEC's choices and its
+        continuation's sampling are keyed on that seed, not on verl's random uid; and verl's v1 trainer orders
+        the update batch by (prompt, sample index) before it cuts mini-batches, instead of completion order.
+        Off: verl's sampling as it is (vLLM: one stream per engine, or with ``rollout.full_determinism`` one seed
+        per replica for every request, which gives a prompt's n samples the same tokens).
+    """
+
+    section: ClassVar[str] = "edge_seeding"
+    enable: bool = True
 
 
 # --- the options as docs/options.md lists them (edge_verl/options_page.py) ---

@@ -45,6 +45,9 @@ GEC_OPTIONS = (
     "+algorithm.edge_gec.continuation_tokens={continuation_tokens}",
 )
 FORCE_REGENERATE_OPTIONS = ("+algorithm.edge_gec.force_regenerate=True",)
+# Every RL method, verl's GRPO included, samples each response with a seed of its own keyed on the run's seed
+# (algorithm.edge_seeding): the same command gives the same run, and a baseline is paired with its method.
+SEEDING_OPTIONS = ("+algorithm.edge_seeding.enable=True", "actor_rollout_ref.rollout.seed={seed}")
 # The run parameters an option may name as {field} (method_overrides fills them in).
 RUN_PARAMETERS = ("seed", "entropy_gradient", "first_sample_tokens", "continuation_tokens", "gepo_symmetric_alpha")
 
@@ -182,7 +185,8 @@ def method_overrides(
     continuation_tokens: int,
     gepo_symmetric_alpha: float = SYMMETRIC_ALPHA,
 ) -> list[str]:
-    """The Hydra overrides that make a verl run method ``name``: the estimator, then EDA's (in ``eda_form``),
+    """The Hydra overrides that make a verl run method ``name``: the estimator, the seeding (``seed`` is the
+    rollout's, so that every response is seeded from it), then EDA's (in ``eda_form``),
     GEC's (``seed`` seeds its decisions; the first sample capped at ``first_sample_tokens``, a correction
     continuing for up to ``continuation_tokens``), Force-R's, and the method's own options. A parameter the
     method does not use is still validated, so a typo fails for every method alike."""
@@ -207,7 +211,7 @@ def method_overrides(
 
 
 # The parts of a method's overrides, in the order they are given (method_override_parts).
-OVERRIDE_PARTS = ("estimator", "eda", "gec", "force_regenerate", "options")
+OVERRIDE_PARTS = ("estimator", "seeding", "eda", "gec", "force_regenerate", "options")
 
 
 def method_override_parts(name: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -220,6 +224,7 @@ def method_override_parts(name: str) -> list[tuple[str, tuple[str, ...]]]:
         return []
     parts = [
         ("estimator", (f"algorithm.adv_estimator={method.estimator}",)),
+        ("seeding", SEEDING_OPTIONS),
         ("eda", EDA_OPTIONS if method.eda else ()),
         ("gec", GEC_OPTIONS if method.gec else ()),
         ("force_regenerate", FORCE_REGENERATE_OPTIONS if method.force_regenerate else ()),

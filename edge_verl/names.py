@@ -22,6 +22,12 @@ GEC_INFO_KEY = "edge_verl_gec"
 # workers: each response's index within its uid group (v1 passes ``session_id`` instead).
 SAMPLE_INDEX_COLUMN = "edge_verl_sample_index"
 
+# Reproducible runs (``algorithm.edge_seeding``): a seed per response, GEC keyed on it, v1's update batch in
+# (prompt, sample index) order. The agent-loop wrapper hands each response's prompt key to the agent loop
+# under PROMPT_KEY_FIELD, which verl's v1 trainer stores with the sample (the update batch is sorted by it).
+SEEDING_SECTION = "edge_seeding"
+PROMPT_KEY_FIELD = "edge_verl_prompt_key"
+
 # Options of the metrics the plugin can add to any run (``algorithm.edge_metrics.advantage_stats``), and
 # the scope of the advantage statistics (``edge_verl/adv/*``).
 METRICS_SECTION = "edge_metrics"

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from edge_verl import names
-from edge_verl.config import GecConfig, MetricsConfig, option_specs
+from edge_verl.config import GecConfig, MetricsConfig, SeedingConfig, option_specs
 from edge_verl.integration.estimators import ESTIMATORS
 
 PAGE = "docs/options.md"
@@ -32,10 +32,11 @@ description says what else is checked (a list's shape, a condition on another op
 
 def option_sections() -> dict[str, type]:
     """``algorithm.<section>`` -> its config class: the papers' estimators (``names.ESTIMATORS``, not estimators
-    registered at run time), GEC and the extra metrics."""
+    registered at run time), GEC, the extra metrics and the seeding of reproducible runs."""
     sections = {name: ESTIMATORS[name].config for name in names.ESTIMATORS}
     sections[names.GEC_SECTION] = GecConfig
     sections[names.METRICS_SECTION] = MetricsConfig
+    sections[names.SEEDING_SECTION] = SeedingConfig
     return sections
 
 

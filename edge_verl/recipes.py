@@ -166,6 +166,8 @@ METHOD_VARIABLES = {  # the run-parameter variables a recipe declares only when 
 }
 # The comment above each part of a method's overrides (methods.OVERRIDE_PARTS) in the ALGORITHM array.
 PART_NOTES = {
+    "seeding": "a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and "
+    "a baseline is seeded as its method",
     "eda": "EDA in the form EDA_ENTROPY_GRADIENT chooses (its gradient form needs the entropy computed in the update)",
     "gec": "GEC: its switch; injected tokens have no rollout log-probs; its seed; the first sample's cap and a "
     "correction's budget (the lengths above)",

@@ -160,6 +160,10 @@ ALGORITHM=(
     # Clip-Cov (verl's built-in policy loss, the entropy-mechanism paper's values) (edge_verl/methods.py:
     # clipcov)
     algorithm.adv_estimator=grpo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # the method's own options
     actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov
     actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.0002

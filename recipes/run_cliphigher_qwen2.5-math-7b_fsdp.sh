@@ -158,6 +158,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # Clip-Higher (DAPO-style: clip_ratio_high = 0.28) (edge_verl/methods.py: cliphigher)
     algorithm.adv_estimator=grpo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # the method's own options
     actor_rollout_ref.actor.clip_ratio_high=0.28
 )

@@ -172,6 +172,10 @@ ALGORITHM=(
     # gold (reward 0): corrected responses train as wrong ones, so content and reward both differ from EDGE
     # (edge_verl/methods.py: edge_placebo_graded)
     algorithm.adv_estimator=edge_eda
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # EDA in the form EDA_ENTROPY_GRADIENT chooses (its gradient form needs the entropy computed in the update)
     +algorithm.edge_eda.entropy_gradient="$EDA_ENTROPY_GRADIENT"
     actor_rollout_ref.actor.calculate_entropy="$EDA_ENTROPY_GRADIENT"

@@ -170,6 +170,10 @@ ALGORITHM=(
     # EDGE-GRPO control: GEC's injected tokens trained by NLL, not the surrogate (edge_verl/methods.py:
     # edge_sft_injected)
     algorithm.adv_estimator=edge_eda
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # EDA in the form EDA_ENTROPY_GRADIENT chooses (its gradient form needs the entropy computed in the update)
     +algorithm.edge_eda.entropy_gradient="$EDA_ENTROPY_GRADIENT"
     actor_rollout_ref.actor.calculate_entropy="$EDA_ENTROPY_GRADIENT"

@@ -166,6 +166,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # EDGE-GRPO ablation: GEC only, GRPO advantages (edge_verl/methods.py: gec)
     algorithm.adv_estimator=grpo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # GEC: its switch; injected tokens have no rollout log-probs; its seed; the first sample's cap and a
     # correction's budget (the lengths above)
     actor_rollout_ref.rollout.calculate_log_probs=False

@@ -163,6 +163,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # GEPO ablation: no low-entropy control (alpha_low = 1) (edge_verl/methods.py: gepo_no_low)
     algorithm.adv_estimator=gepo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # the method's own options
     +algorithm.gepo.ablation=no_low_entropy_control
     +algorithm.gepo.alpha_low=1.0

@@ -164,6 +164,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # GEPO ablation: one factor for both sides (alpha_low = alpha_high) (edge_verl/methods.py: gepo_symmetric)
     algorithm.adv_estimator=gepo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # the method's own options
     +algorithm.gepo.ablation=symmetric
     +algorithm.gepo.alpha_low="$GEPO_SYMMETRIC_ALPHA"

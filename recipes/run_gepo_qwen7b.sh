@@ -163,6 +163,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # GEPO: group-entropy-conditioned asymmetric advantage scaling (edge_verl/methods.py: gepo)
     algorithm.adv_estimator=gepo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
 )
 
 # The FSDP backend

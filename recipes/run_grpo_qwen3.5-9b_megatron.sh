@@ -163,6 +163,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # GRPO (verl's built-in estimator): the baseline of both papers (edge_verl/methods.py: grpo)
     algorithm.adv_estimator=grpo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
 )
 
 # The Megatron backend

@@ -163,6 +163,10 @@ ALGORITHM=(
     +algorithm.edge_metrics.advantage_stats=True
     # KL-Cov (verl's built-in policy loss) (edge_verl/methods.py: klcov)
     algorithm.adv_estimator=grpo
+    # a seed per response from SEED (docs/reproducibility.md): the same command gives the same run, and a
+    # baseline is seeded as its method
+    +algorithm.edge_seeding.enable=True
+    actor_rollout_ref.rollout.seed="$SEED"
     # the method's own options
     actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov
     actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002

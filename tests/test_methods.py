@@ -16,6 +16,8 @@ from edge_verl_lab.reproduce.tables import TABLES
 
 # The recipes' defaults: seed 42, the gradient form, 1024-token first samples, 256-token continuations.
 RUN = {"seed": 42, "eda_form": "gradient", "first_sample_tokens": 1024, "continuation_tokens": 256}
+# Every RL method: a seed per response, keyed on the run's seed (the rollout's).
+SEEDED = ["+algorithm.edge_seeding.enable=True", "actor_rollout_ref.rollout.seed=42"]
 GEC_ON = [
     "actor_rollout_ref.rollout.calculate_log_probs=False",
     "+algorithm.edge_gec.enable=True",
@@ -28,6 +30,7 @@ GEC_ON = [
 def test_edge_is_the_eda_estimator_in_the_gradient_form_plus_gec():
     assert method_overrides("edge", **RUN) == [
         "algorithm.adv_estimator=edge_eda",
+        *SEEDED,
         "+algorithm.edge_eda.entropy_gradient=True",
         "actor_rollout_ref.actor.calculate_entropy=True",  # the gradient form needs the update's entropy
         *GEC_ON,
@@ -35,7 +38,7 @@ def test_edge_is_the_eda_estimator_in_the_gradient_form_plus_gec():
 
 
 def test_gec_alone_is_grpo_advantages_plus_gec():
-    assert method_overrides("gec", **RUN) == ["algorithm.adv_estimator=grpo", *GEC_ON]
+    assert method_overrides("gec", **RUN) == ["algorithm.adv_estimator=grpo", *SEEDED, *GEC_ON]
 
 
 def test_the_placebo_is_edge_with_another_problems_answers_rewarded_as_gold_and_its_graded_form_kept():
@@ -48,6 +51,7 @@ def test_the_placebo_is_edge_with_another_problems_answers_rewarded_as_gold_and_
 def test_gepo_symmetric_puts_the_runs_alpha_on_both_sides():
     assert method_overrides("gepo_symmetric", **RUN, gepo_symmetric_alpha=0.3) == [
         "algorithm.adv_estimator=gepo",
+        *SEEDED,
         "+algorithm.gepo.ablation=symmetric",
         "+algorithm.gepo.alpha_low=0.3",
         "+algorithm.gepo.alpha_high=0.3",
@@ -55,16 +59,17 @@ def test_gepo_symmetric_puts_the_runs_alpha_on_both_sides():
     assert method_overrides("gepo_symmetric", **RUN)[-1] == "+algorithm.gepo.alpha_high=0.5"  # the default
 
 
-def test_grpo_is_verls_estimator_alone_whatever_the_run_parameters():
-    assert method_overrides("grpo", **RUN) == ["algorithm.adv_estimator=grpo"]
+def test_grpo_is_verls_estimator_seeded_as_every_method_whatever_the_other_run_parameters():
+    assert method_overrides("grpo", **RUN) == ["algorithm.adv_estimator=grpo", *SEEDED]
     assert method_overrides("grpo", seed=7, eda_form="detached", first_sample_tokens=9, continuation_tokens=3) == [
-        "algorithm.adv_estimator=grpo"
+        "algorithm.adv_estimator=grpo", "+algorithm.edge_seeding.enable=True", "actor_rollout_ref.rollout.seed=7"
     ]
 
 
 def test_the_detached_form_switches_the_entropy_gradient_and_the_updates_entropy_off():
     assert method_overrides("eda", **{**RUN, "eda_form": "detached"}) == [
         "algorithm.adv_estimator=edge_eda",
+        *SEEDED,
         "+algorithm.edge_eda.entropy_gradient=False",
         "actor_rollout_ref.actor.calculate_entropy=False",
     ]

@@ -31,7 +31,7 @@ def test_the_committed_page_is_the_one_the_code_writes(capsys):
 
 
 def test_the_sections_are_those_a_run_reads_and_the_shipped_config_holds():
-    assert list(option_sections()) == [*names.ESTIMATORS, names.GEC_SECTION, names.METRICS_SECTION]
+    assert list(option_sections()) == [*names.ESTIMATORS, names.GEC_SECTION, names.METRICS_SECTION, names.SEEDING_SECTION]
     for name in ("edge_ppo_trainer", "edge_ppo_megatron_trainer"):
         shipped = OmegaConf.load(ROOT / "edge_verl" / "conf" / f"{name}.yaml").algorithm
         assert set(shipped) == set(option_sections()), name

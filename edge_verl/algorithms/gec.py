@@ -12,8 +12,9 @@ groups) is, independently,
 - given the answer (p = 0.25): "\\nWait! Something is wrong here. After verification, the correct answer
   is \\boxed{ANSWER}." is appended;
 - replaced by the reference solution (p = 0.25).
-Randomness is an explicit ``random.Random`` seeded from (seed, uid, sample index), so a decision does not
-depend on the order in which asynchronous rollouts finish.
+Randomness is an explicit ``random.Random`` keyed on (seed, the response's identity): in verl the response's
+sampling seed (``algorithms/seeds.py``: run seed, step, prompt identity, sample index), so a decision depends
+neither on the order in which asynchronous rollouts finish nor on verl's random uid.
 
 The reviewers' controls decided here (the loop carries them out):
 - ``first_attempt=drop``: the regenerate and inject_answer branches start from an empty body instead of
@@ -41,7 +42,6 @@ loss (``advantage_step_outputs``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import random
 from dataclasses import asdict, dataclass, field, fields
@@ -49,6 +49,7 @@ from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
 
 import torch
 
+from edge_verl.algorithms.seeds import keyed_rng
 from edge_verl.algorithms.group_stats import advantage_statistics, as_sampled_statistics, response_valid
 from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP  # verl's bound on the log-ratio, checked by internals.CORE
 
@@ -86,20 +87,16 @@ class Decision:
     fallback: bool = False
 
 
-def _keyed_rng(key: str) -> random.Random:
-    digest = hashlib.sha256(key.encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "little"))
+def decision_rng(seed: int, *response: Any) -> random.Random:
+    """A random source private to one response: a function of ``seed`` and the response's identity
+    (``response``: its sampling seed, or any parts that name it stably across runs)."""
+    return keyed_rng("gec_decision", int(seed), *response)
 
 
-def decision_rng(seed: int, uid: str, sample_index: int) -> random.Random:
-    """A random source private to one response, stable across runs and rollout orderings."""
-    return _keyed_rng(f"{seed}:{uid}:{sample_index}")
-
-
-def placebo_rng(seed: int, uid: str, sample_index: int) -> random.Random:
+def placebo_rng(seed: int, *response: Any) -> random.Random:
     """The response's random source for drawing a placebo problem: the same key as ``decision_rng`` under
-    a salt, so drawing placebos consumes nothing of the decision's stream (same seed -> same branches)."""
-    return _keyed_rng(f"placebo:{seed}:{uid}:{sample_index}")
+    another salt, so drawing placebos consumes nothing of the decision's stream (same seed -> same branches)."""
+    return keyed_rng("gec_placebo", int(seed), *response)
 
 
 def draw_branch(rng: random.Random, probabilities: Sequence[float]) -> str:

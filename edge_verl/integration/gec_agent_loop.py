@@ -29,8 +29,8 @@ only for a tokenizer without one).
 Answers (``edge_gec.answer_source``): "gold" injects the row's own answer (``extra_info.answer``, else the
 ground truth) and reference solution (``extra_info.solution``). "placebo" injects another training
 problem's: the run's setup reads the problems of ``data.train_files`` into a pool (``read_placebo_pool``),
-and per response ``algorithms.gec.placebo_candidates`` orders at most PLACEBO_CANDIDATES of them (seeded,
-without replacement, none with this row's answer); the first whose injected answer text (and, for
+and per response ``algorithms.gec.placebo_candidates`` orders at most PLACEBO_CANDIDATES of them (keyed on the
+response's seed, without replacement, none with this row's answer); the first whose injected answer text (and, for
 replace_solution, whose solution) the run's reward function grades wrong against THIS row's ground truth
 is used, and recorded as ``placebo_index``. If none does, the response stays as sampled (reason
 "no_placebo"). The branch drawn is the gold run's (the placebo draw has its own random stream); a
@@ -90,6 +90,7 @@ from edge_verl.algorithms.gec import (
 from edge_verl.config import GecConfig
 from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
 from edge_verl.integration.run import check_budget, check_gec_supported, read_placebo_pool
+from edge_verl.integration.seeding import CONTINUATION_SALT, continuation_seed, sample_index
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
 
@@ -103,20 +104,19 @@ def naive_reward(result: Any) -> tuple[Any, dict]:
     return result, {"acc": result}
 
 
-def sample_index(kwargs: dict) -> int:
-    """The response's index within its uid group, as the trainer numbered it.
-
-    v1 passes ``session_id`` (0..n-1); the legacy trainer's rollout gets ``SAMPLE_INDEX_COLUMN``, set on
-    the whole batch before verl splits it across agent-loop workers (legacy_trainer.py), so the index does
-    not depend on which worker runs the sample.
-    """
-    for key in ("session_id", SAMPLE_INDEX_COLUMN):
-        if kwargs.get(key) is not None:
-            return int(kwargs[key])
-    raise RuntimeError(
-        f"edge_gec got neither session_id (v1 trainer) nor {SAMPLE_INDEX_COLUMN} (legacy trainer, added by the "
-        "edge_verl plugin when algorithm.edge_gec.enable=True): decisions would not be reproducible."
-    )
+def response_identity(sampling_params: dict, kwargs: dict) -> tuple:
+    """What GEC's draws for this response are keyed on: its sampling seed (``algorithm.edge_seeding``, set by
+    ``seeding.py`` from the run's seed, the step, the prompt's identity and the sample index), or, in a run
+    that turned seeding off, verl's uid and the sample index (then not reproducible: verl's uid is random)."""
+    if sampling_params.get("seed") is not None:
+        return (int(sampling_params["seed"]),)
+    index = sample_index(kwargs)
+    if index is None:
+        raise RuntimeError(
+            f"edge_gec got neither session_id (v1 trainer) nor {SAMPLE_INDEX_COLUMN} (legacy trainer, added by the "
+            "edge_verl plugin when algorithm.edge_gec.enable=True): its decisions would depend on the worker split."
+        )
+    return str(kwargs.get("uid", "")), index
 
 
 # verl's AgentLoopWorker builds one loop object per trajectory (``_run_agent_loop``), so siblings share no
@@ -281,7 +281,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         uid = str(kwargs.get("uid", ""))
-        index = sample_index(kwargs)
+        identity = response_identity(sampling_params, kwargs)
         if self.gec.first_sample_tokens is not None:  # room left in response_length for the correction
             sampling_params = {**sampling_params, "max_tokens": self.gec.first_sample_tokens}
         started = time.perf_counter()
@@ -293,7 +293,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         group = [correct]
         if self.gec.scope == "all_wrong_groups":
             group = await group_rendezvous().wait_for_group(
-                uid, index, int(self.rollout_config.n), correct, self.gec.group_timeout_s
+                uid, sample_index(kwargs), int(self.rollout_config.n), correct, self.gec.group_timeout_s
             )
         extra_info = kwargs.get("extra_info") or {}
         answer = str(extra_info.get("answer") or (kwargs.get("reward_model") or {}).get("ground_truth") or "")
@@ -301,7 +301,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         decision = decide_correction(
             correct=correct,
             group_correct=group,
-            rng=decision_rng(self.gec.seed, uid, index),
+            rng=decision_rng(self.gec.seed, *identity),
             probabilities=self.gec.probabilities,
             only_all_wrong_groups=self.gec.scope == "all_wrong_groups",
             has_answer=bool(answer),
@@ -313,7 +313,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
         if decision.branch is not None:
             started = time.perf_counter()
             correction, reason = await self._carry_out(
-                decision.branch, output, sampling_params, answer, solution, uid, index, kwargs
+                decision.branch, output, sampling_params, answer, solution, identity, kwargs
             )
             correction_seconds = time.perf_counter() - started
             if correction is None:
@@ -352,7 +352,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
 
     async def _carry_out(
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str,
-        uid: str, index: int, kwargs: dict,
+        identity: tuple, kwargs: dict,
     ) -> tuple[Optional[_Correction], str]:
         """The drawn correction carried out and its reason: "corrected", or (None, NO_PLACEBO / DOES_NOT_FIT).
 
@@ -366,7 +366,7 @@ class GecAgentLoop(SingleTurnAgentLoop):
             twin = await self._apply(branch, output, sampling_params, answer, solution)
             if twin is None:
                 return None, DOES_NOT_FIT
-        lent = await self._placebo(branch, answer, uid, index, kwargs)
+        lent = await self._placebo(branch, answer, identity, kwargs)
         if lent is None:
             return None, NO_PLACEBO
         correction = await self._apply(branch, output, sampling_params, lent.answer, lent.solution)
@@ -375,13 +375,13 @@ class GecAgentLoop(SingleTurnAgentLoop):
         twin_reward = None if twin is None else await self._reward_as_verl(twin.response_ids, output, kwargs)
         return replace(correction, placebo_index=lent.row, twin_reward=twin_reward), "corrected"
 
-    async def _placebo(self, branch: str, answer: str, uid: str, index: int, kwargs: dict) -> Optional[PlaceboProblem]:
+    async def _placebo(self, branch: str, answer: str, identity: tuple, kwargs: dict) -> Optional[PlaceboProblem]:
         """The first of this response's placebo candidates (``placebo_candidates``) whose injected answer
         text, and for replace_solution whose solution too, the run's reward grades wrong against this row's
         ground truth; None when none of them does."""
         ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
         gold_keys = {normalise_answer(text) for text in (answer, *gold_answers(ground_truth))}
-        rng = placebo_rng(self.gec.seed, uid, index)
+        rng = placebo_rng(self.gec.seed, *identity)
         candidates = placebo_candidates(self.placebo_pool, gold_keys, rng, need_solution=branch == REPLACE_SOLUTION)
         for candidate in candidates:
             problem = self.placebo_pool[candidate]
@@ -426,10 +426,12 @@ class GecAgentLoop(SingleTurnAgentLoop):
             return None
         body = body[: limit - len(phrase) - 1]
         budget = min(self.gec.continuation_tokens, limit - len(body) - len(phrase))
+        params = {**sampling_params, "max_tokens": budget, "logprobs": False}
+        seed = continuation_seed(sampling_params, CONTINUATION_SALT)
+        if seed is not None:  # a stream of its own: the first sample's seed would replay its draws
+            params["seed"] = seed
         continued = await self.server_manager.generate(
-            request_id=uuid4().hex,
-            prompt_ids=list(output.prompt_ids) + body + phrase,
-            sampling_params={**sampling_params, "max_tokens": budget, "logprobs": False},
+            request_id=uuid4().hex, prompt_ids=list(output.prompt_ids) + body + phrase, sampling_params=params
         )
         continuation = list(continued.token_ids)[:budget]
         return _Correction(body + phrase + continuation, len(body), len(body) + len(phrase), len(continuation), budget)

@@ -231,8 +231,15 @@ CORE = PatchTable(
             "PPOTrainer._update_actor": ("self", "batch", "metrics", _PREFIXES_ACTOR_METRICS),
             "PPOTrainer._load_checkpoint": ("self",),
             "PPOTrainer._save_checkpoint": ("self",),
+            "PPOTrainer._build_replay_buffer": ("self",),
         },
-        "verl.experimental.agent_loop.agent_loop": {"AgentLoopManager.generate_sequences": ("self", "prompts")},
+        # the agent loops (legacy: the sample index column; seeding.py: a seed per response, every agent loop)
+        "verl.experimental.agent_loop.agent_loop": {
+            "AgentLoopManager.generate_sequences": ("self", "prompts"),
+            "AgentLoopWorker._run_agent_loop": ("self", "sampling_params", "trajectory"),
+        },
+        # v1's update batch in (prompt, sample index) order, not completion order (seeding.py)
+        "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
         # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import.
         # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
         # which ppo_loss sets per micro-batch before it calls the policy loss.
@@ -259,6 +266,9 @@ CORE = PatchTable(
         # what the loss hook reads of the actor config (clip range and dual clip for vanilla_clip_frac)
         "verl.workers.config.actor": {
             "ActorConfig": ("global_batch_info", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss"),
+        },
+        "verl.trainer.ppo.v1.replay_buffer": {
+            "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
         },
         "verl.trainer.ppo.v1.trainer_base": {
             "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),

@@ -9,8 +9,8 @@ only moves values the way the legacy ``fit`` carries them:
   (``STEP_METRICS_KEY``), which ``compute_data_metrics(batch)`` adds to the step's metrics with GEC's and the
   grader's;
 - ``AgentLoopManager.generate_sequences`` numbers each response within its uid group before verl splits the
-  batch over agent-loop workers (GEC's seeded decisions then do not depend on the split; v1 passes
-  ``session_id`` instead);
+  batch over agent-loop workers (each response's seed, ``seeding.py``, and GEC's decisions then do not depend
+  on the split; v1 passes ``session_id`` instead);
 - ``fit`` makes the run current for those two module-level functions, which have no reference to the trainer.
 """
 
@@ -130,7 +130,8 @@ class LegacyAdapter:
         def generate_sequences(self, prompts, *args, **kwargs):
             run = current_run()
             training = not prompts.meta_info.get("validate", False)
-            if run is not None and run.gec_enabled and training and "uid" in prompts.non_tensor_batch:
+            numbered = run is not None and (run.seeding.enable or (run.gec_enabled and training))
+            if numbered and "uid" in prompts.non_tensor_batch:
                 prompts.non_tensor_batch[names.SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
             return original(self, prompts, *args, **kwargs)
 

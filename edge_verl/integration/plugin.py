@@ -18,7 +18,7 @@ import importlib
 import os
 from typing import Any, Callable
 
-from edge_verl.integration import actor_loss, estimators
+from edge_verl.integration import actor_loss, estimators, seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.post_import import when_imported
@@ -48,6 +48,7 @@ def patch_agent_loop(module: Any) -> None:
     from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
 
     CORE.wrap(module, "AgentLoopManager.generate_sequences", LegacyAdapter.generate_sequences)
+    seeding.install_agent_loop(module)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
@@ -58,6 +59,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
     "verl.trainer.ppo.v1.trainer_base": V1Adapter.install,
+    "verl.trainer.ppo.v1.replay_buffer": seeding.install_replay_buffer,
 }
 
 

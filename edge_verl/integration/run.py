@@ -46,7 +46,7 @@ from omegaconf import OmegaConf
 
 from edge_verl import names
 from edge_verl.algorithms.gec import PlaceboProblem
-from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig
+from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig, SeedingConfig
 
 if TYPE_CHECKING:  # the table's module imports this one at run time
     from edge_verl.integration.estimators import Estimator
@@ -101,14 +101,31 @@ def estimator_options(algorithm_config: Any, estimator: str) -> Any:
 
 def plugin_in_use(algorithm_config: Any) -> bool:
     """The run asks for something of the plugin: one of its estimators, or options under
-    ``algorithm.edge_gec`` / ``algorithm.edge_metrics`` (which are then validated, even when they switch
-    nothing on). Plain look-ups, nothing parsed: a plain verl run pays nothing."""
+    ``algorithm.edge_gec`` / ``algorithm.edge_metrics`` / ``algorithm.edge_seeding`` (which are then validated,
+    even when they switch nothing on). Plain look-ups, nothing parsed: a plain verl run pays nothing."""
     if not hasattr(algorithm_config, "get"):
         return False
     if str(algorithm_config.get("adv_estimator", "")) in _estimators():
         return True
-    sections = (algorithm_config.get(names.GEC_SECTION, None), algorithm_config.get(names.METRICS_SECTION, None))
-    return any(section is not None and len(section) > 0 for section in sections)
+    sections = (names.GEC_SECTION, names.METRICS_SECTION, names.SEEDING_SECTION)
+    return any((section := algorithm_config.get(name, None)) is not None and len(section) > 0 for name in sections)
+
+
+def seeding_options(algorithm_config: Any) -> Optional[SeedingConfig]:
+    """The validated ``algorithm.edge_seeding`` options of a run that uses the plugin, None for a plain run
+    (whose sampling stays verl's)."""
+    if not plugin_in_use(algorithm_config):
+        return None
+    return SeedingConfig.from_mapping(config_section(algorithm_config, names.SEEDING_SECTION))
+
+
+def sampling_seed(config: Any) -> Optional[int]:
+    """The run's sampling seed (``actor_rollout_ref.rollout.seed``) when its responses are seeded one by one
+    (``algorithm.edge_seeding.enable`` in a run that uses the plugin), else None. ``config``: verl's whole config."""
+    options = seeding_options(config.get("algorithm", None))
+    if options is None or not options.enable:
+        return None
+    return int(config.actor_rollout_ref.rollout.get("seed", 0) or 0)
 
 
 def gec_options(algorithm_config: Any) -> GecConfig:
@@ -122,7 +139,8 @@ class TrainingRun:
 
     estimator: ``algorithm.adv_estimator``; entry: its ``estimators.Estimator`` when it is one of ours, and
     options its validated config; gec: the validated GEC options (``gec.enable`` says whether GEC is on);
-    metrics: the extra metrics asked for (``algorithm.edge_metrics``); state: the estimator's training state
+    metrics: the extra metrics asked for (``algorithm.edge_metrics``); seeding: whether responses are seeded one
+    by one and the update batch ordered (``algorithm.edge_seeding``); state: the estimator's training state
     (GEPO's thresholds; saved with every checkpoint under ``entry.state_key``); grader_metrics: the run
     grades with edge_verl's reward (log ``edge_verl/grader/*``).
     """
@@ -131,6 +149,7 @@ class TrainingRun:
     options: Any
     gec: GecConfig
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    seeding: SeedingConfig = field(default_factory=SeedingConfig)
     state: Any = None
     grader_metrics: bool = False
     norm_adv_by_std: bool = True  # verl's algorithm.norm_adv_by_std_in_grpo
@@ -146,6 +165,7 @@ class TrainingRun:
             options=options,
             gec=gec_options(algorithm_config),
             metrics=MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION)),
+            seeding=SeedingConfig.from_mapping(config_section(algorithm_config, names.SEEDING_SECTION)),
             state=entry.state(options) if entry is not None and entry.state is not None else None,
             norm_adv_by_std=norm_adv_by_std(algorithm_config),
         )

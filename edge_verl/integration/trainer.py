@@ -29,6 +29,7 @@ import torch
 
 from edge_verl import names
 from edge_verl.algorithms import gec
+from edge_verl.integration import seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.run import (
     TrainingRun, advantage_step, check_loss_hook_ran, current_step, prefixed, run_of, wrap_load_checkpoint, wrap_save_checkpoint,
@@ -249,6 +250,7 @@ class V1Adapter:
             ("PPOTrainer._update_actor", cls.update_actor),
             ("PPOTrainer._load_checkpoint", wrap_load_checkpoint),
             ("PPOTrainer._save_checkpoint", wrap_save_checkpoint),
+            ("PPOTrainer._build_replay_buffer", seeding.wrap_build_replay_buffer),
         ):
             CORE.wrap(module, path, make)
 

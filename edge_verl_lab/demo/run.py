@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_verl_lab.demo import task
-from edge_verl.integration.cpu.overrides import ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides
+from edge_verl.integration.cpu.overrides import (
+    BLAS_THREAD_VARIABLES, ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides, cpu_threads,
+)
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
 # Methods of edge_verl/methods.py the demo runs: the four headline ones first (edge_eda: the name of EDA
@@ -390,13 +392,36 @@ def run_environment(rollout: str = "hf") -> dict[str, str]:
     return cpu_environment(unused=UNUSED_ON_FSDP[rollout])
 
 
+# What a run's numbers depend on besides its command, recorded in its folder (environment.json).
+RECORDED_PACKAGES = ("torch", "verl", "transformers", "edge-verl", "vllm")
+
+
+def environment_record(env: dict[str, str]) -> dict:
+    """The thread counts every process of the run uses and the versions of what computes its numbers."""
+    from importlib import metadata
+
+    versions = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "threads": cpu_threads(env),
+        **{name: env[name] for name in BLAS_THREAD_VARIABLES},
+        "python": sys.version.split()[0],
+        "packages": versions,
+    }
+
+
 def run_main_ppo(overrides: list[str], out: Path, stream=sys.stdout, rollout: str = "hf") -> int:
     """Run verl's main_ppo with the CPU backend (FSDP, ``rollout``) in ``run_environment``; full output goes to
-    ``out/verl.log``, progress to ``stream``."""
+    ``out/verl.log``, progress to ``stream``; the command and ``environment_record`` go beside them."""
     env = run_environment(rollout)
     env["VERL_FILE_LOGGER_PATH"] = str(verl_metrics_log(out))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     (out / "command.txt").write_text(" \\\n  ".join(command) + "\n")
+    (out / "environment.json").write_text(json.dumps(environment_record(env), indent=1) + "\n")
     with open(out / "verl.log", "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert process.stdout is not None

@@ -1,4 +1,3 @@
-import hashlib
 import json
 import math
 import pickle
@@ -8,6 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
+from edge_verl.algorithms.seeds import keyed_seed
 from edge_verl.algorithms.gec import (
     ANSWER,
     ANSWER_TEMPLATE,
@@ -419,10 +419,11 @@ def test_every_trailing_end_token_is_stripped(tokens, stripped):
     assert strip_end_tokens(tokens, {1, 2}) == stripped
 
 
-def test_the_decision_stream_is_unchanged_and_the_placebo_stream_is_its_own():
-    # decisions of a given seed are what they were before placebos existed: the key is "seed:uid:index"
-    expected = random.Random(int.from_bytes(hashlib.sha256(b"7:u:3").digest()[:8], "little"))
-    assert decision_rng(7, "u", 3).random() == expected.random()
+def test_the_decision_stream_is_keyed_on_the_response_and_the_placebo_stream_is_its_own():
+    # the decision's key is ("gec_decision", seed, *response) hashed by seeds.keyed_seed: no uid, no state
+    assert decision_rng(7, 123456789).random() == random.Random(keyed_seed("gec_decision", 7, 123456789)).random()
+    assert decision_rng(7, "u", 3).random() == decision_rng(7, "u", 3).random()
+    assert decision_rng(7, "u", 3).random() not in {decision_rng(8, "u", 3).random(), decision_rng(7, "u", 4).random()}
     # the placebo stream is another key (so drawing placebos moves no decision), stable per response
     assert placebo_rng(7, "u", 3).random() != decision_rng(7, "u", 3).random()
     assert placebo_rng(7, "u", 3).random() == placebo_rng(7, "u", 3).random()

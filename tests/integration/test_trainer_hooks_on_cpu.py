@@ -18,7 +18,7 @@ from verl.trainer.ppo.v1 import trainer_base
 from edge_verl.algorithms.gec import decision_rng
 from edge_verl import names
 from edge_verl.integration import estimators, run as runs
-from edge_verl.integration.gec_agent_loop import sample_index
+from edge_verl.integration.gec_agent_loop import response_identity, sample_index
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step
 from edge_verl.integration.trainer import V1Adapter
@@ -247,24 +247,36 @@ def test_legacy_rollout_numbers_samples_before_the_split_so_seeds_never_repeat()
     assert len(set(verl_numbering)) < 6, "the split really breaks verl's per-worker numbering"
 
 
-def test_sample_numbering_is_only_added_to_training_batches_of_gec_runs():
+def test_sample_numbering_is_added_to_every_batch_of_a_seeded_run_and_to_gec_training_batches():
     wrapped = LegacyAdapter.generate_sequences(lambda self, batch: batch)
-    gec_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}}))
-    plain_run = TrainingRun.from_config(OmegaConf.create({"adv_estimator": "grpo"}))
-    validation = _legacy_rollout_batch(["a", "a"])
-    validation.meta_info["validate"] = True
-    with active_run(gec_run):
-        assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, validation).non_tensor_batch
-    with active_run(plain_run):
-        assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, _legacy_rollout_batch(["a", "a"])).non_tensor_batch
-    assert names.SAMPLE_INDEX_COLUMN not in wrapped(None, _legacy_rollout_batch(["a"])).non_tensor_batch
+
+    def numbered(algorithm, validate):
+        batch = _legacy_rollout_batch(["a", "a"])
+        batch.meta_info["validate"] = validate
+        if algorithm is None:  # a plain verl run: no TrainingRun
+            return names.SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
+        with active_run(TrainingRun.from_config(OmegaConf.create(algorithm))):
+            return names.SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
+
+    unseeded = {"edge_seeding": {"enable": False}}
+    # seeded (the plugin's default): each response's seed needs its index, validation's too
+    assert numbered({"adv_estimator": "gepo"}, False) and numbered({"adv_estimator": "gepo"}, True)
+    # unseeded: only GEC's training decisions need it
+    assert numbered({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}, **unseeded}, False)
+    assert not numbered({"adv_estimator": "edge_eda", "edge_gec": {"enable": True}, **unseeded}, True)
+    assert not numbered({"adv_estimator": "gepo", **unseeded}, False)
+    assert not numbered(None, False)
 
 
-def test_v1_session_id_is_the_sample_index_and_a_missing_index_is_an_error():
+def test_v1_session_id_is_the_sample_index_and_gec_without_seed_or_index_is_an_error():
     assert sample_index({"session_id": 5}) == 5
     assert sample_index({names.SAMPLE_INDEX_COLUMN: np.int64(2)}) == 2
+    assert sample_index({"uid": "a"}) is None
+    # GEC keys its draws on the response's seed, else on (uid, index); with neither it refuses
+    assert response_identity({"seed": 9}, {"uid": "a"}) == (9,)
+    assert response_identity({}, {"uid": "a", "session_id": 3}) == ("a", 3)
     with pytest.raises(RuntimeError, match="neither session_id"):
-        sample_index({"uid": "a"})
+        response_identity({}, {"uid": "a"})
 
 
 # --- advantage statistics for any estimator ---------------------------------------------------------------

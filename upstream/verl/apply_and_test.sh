@@ -29,6 +29,7 @@ PATH=$(dirname "$PYTHON"):$PATH bash scripts/generate_trainer_config.sh > "$work
     tests/trainer/ppo/test_adv_estimator_inputs_on_cpu.py \
     tests/trainer/ppo/test_edge_grpo_gepo_on_cpu.py \
     tests/experimental/agent_loop/test_gec_agent_loop_on_cpu.py \
+    tests/experimental/agent_loop/test_per_response_seed_on_cpu.py \
     tests/trainer/ppo/test_core_algos_on_cpu.py \
     tests/trainer/test_multi_trajectories_advantage_on_cpu.py \
     tests/trainer/ppo/v1/test_trainer_base_on_cpu.py \

@@ -5,8 +5,9 @@ registers, the way verl adds any backend:
 - ``HFRolloutReplica`` in ``RolloutReplicaRegistry`` (launches one server actor per replica),
 - ``HFServerAdapter`` in the worker-side rollout registry (pushes the trainer's weights to the server),
 - ``HFRolloutServer``: a Ray actor with a plain transformers model that answers verl's token-in/token-out
-  ``generate`` with sampled tokens, their log-probs and ``extra_fields["global_steps"]``. Concurrent
-  requests with the same sampling settings are decoded together in one left-padded batch.
+  ``generate`` with sampled tokens, their log-probs and ``extra_fields["global_steps"]``. Requests are
+  decoded one at a time, each with a generator of its own seeded from its ``seed`` sampling parameter
+  (vLLM's ``SamplingParams.seed``), so a response is a function of its seed alone, whatever arrived with it.
 
 Log-probs are those of the temperature-scaled full-vocabulary distribution, the quantity verl's actor
 recomputes as old_log_probs (vLLM's "processed" log-probs additionally renormalise after top-k/top-p).
@@ -29,7 +30,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 logger = logging.getLogger(__name__)
 
 ROLLOUT_NAME = "hf"
-_BATCH_WINDOW_S = 0.005
+_POLL_S = 0.005
 
 
 def _server_actor_name(replica_rank: int) -> str:
@@ -41,66 +42,45 @@ def _model_path(model_config: Any) -> str:
     return local_path or model_config.get("path")
 
 
-def sample_tokens(
+def sample_response(
     model: torch.nn.Module,
-    prompts: list[list[int]],
+    prompt_ids: list[int],
     *,
-    max_new_tokens: list[int],
+    max_new_tokens: int,
     temperature: float,
     top_p: float,
     top_k: int,
     eos_token_ids: set[int],
-    pad_token_id: int,
-    generator: Optional[torch.Generator] = None,
-) -> list[tuple[list[int], list[float]]]:
-    """Sample continuations of ``prompts`` (left-padded into one batch) with a KV cache.
+    generator: torch.Generator,
+) -> tuple[list[int], list[float]]:
+    """Sample a continuation of one prompt with a KV cache and ``generator``; returns the generated token ids
+    (ending in EOS when it was sampled) and the log-probability of each under softmax(logits / temperature)
+    (raw logits when temperature == 0, which means greedy decoding).
 
-    Returns, per prompt, the generated token ids (ending in EOS when it was sampled) and the
-    log-probability of each under softmax(logits / temperature) (raw logits when temperature == 0,
-    which means greedy decoding).
-    """
-    batch_size = len(prompts)
-    width = max(map(len, prompts))
-    input_ids = torch.full((batch_size, width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch_size, width), dtype=torch.long)
-    for row, ids in enumerate(prompts):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, width - len(ids) :] = 1
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    budget = torch.tensor(max_new_tokens)
-    outputs: list[tuple[list[int], list[float]]] = [([], []) for _ in prompts]
-    finished = budget <= 0
-    eos = torch.tensor(sorted(eos_token_ids), dtype=torch.long)
-
+    One request at a time, never a batch: the model's logits for a row change in their last bits with the
+    batch it is decoded in (measured on the demo's model: up to 3.6e-7 between a prompt alone and in a padded
+    batch of 2-16, and rows of one prompt batched together drift apart once their tokens differ), so a batched
+    response would depend on which requests arrived with it."""
+    if max_new_tokens <= 0:
+        return [], []
+    tokens: list[int] = []
+    log_probs: list[float] = []
     with torch.inference_mode():
-        result = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-        for step in range(int(budget.max()) if batch_size else 0):
-            logits = result.logits[:, -1, :].float()
+        result = model(input_ids=torch.tensor([prompt_ids], dtype=torch.long), use_cache=True)
+        for _ in range(max_new_tokens):
+            logits = result.logits[0, -1, :].float()
             scaled = logits / temperature if temperature > 0 else logits
-            log_probs = torch.log_softmax(scaled, dim=-1)
             if temperature > 0:
-                filtered = _filter_top_k_top_p(scaled, top_k=top_k, top_p=top_p)
-                tokens = torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator).squeeze(-1)
+                filtered = _filter_top_k_top_p(scaled[None], top_k=top_k, top_p=top_p)[0]
+                token = int(torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator))
             else:
-                tokens = logits.argmax(dim=-1)
-            tokens = torch.where(finished, torch.full_like(tokens, pad_token_id), tokens)
-            token_log_probs = log_probs.gather(-1, tokens[:, None]).squeeze(-1)
-            for row in torch.nonzero(~finished).flatten().tolist():
-                outputs[row][0].append(int(tokens[row]))
-                outputs[row][1].append(float(token_log_probs[row]))
-            finished = finished | torch.isin(tokens, eos) | (budget <= step + 1)
-            if bool(finished.all()):
+                token = int(logits.argmax())
+            tokens.append(token)
+            log_probs.append(float(torch.log_softmax(scaled, dim=-1)[token]))
+            if token in eos_token_ids or len(tokens) == max_new_tokens:
                 break
-            attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=-1)
-            position_ids = position_ids[:, -1:] + 1
-            result = model(
-                input_ids=tokens[:, None],
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=result.past_key_values,
-                use_cache=True,
-            )
-    return outputs
+            result = model(input_ids=torch.tensor([[token]]), past_key_values=result.past_key_values, use_cache=True)
+    return tokens, log_probs
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, *, top_k: int, top_p: float) -> torch.Tensor:
@@ -138,10 +118,10 @@ class HFRolloutServer:
         if eos is None:
             eos = hf_config.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
-        pad = self.model.generation_config.pad_token_id
-        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids)
         self.max_model_len = int(config.max_model_len or (config.prompt_length + config.response_length))
-        self.generator = torch.Generator().manual_seed(int(os.environ.get("EDGE_VERL_ROLLOUT_SEED", "0")) + replica_rank)
+        # The stream of requests that carry no seed of their own (a run without algorithm.edge_seeding): verl's
+        # rollout seed and the replica, in arrival order. A request's "seed" gets a generator of its own.
+        self.generator = torch.Generator().manual_seed(int(getattr(config, "seed", 0) or 0) + replica_rank)
         self.global_steps: Optional[int] = None
         self._pending: list[tuple[list[int], dict[str, Any], asyncio.Future]] = []
         self._worker: Optional[asyncio.Task] = None
@@ -177,34 +157,27 @@ class HFRolloutServer:
         )
 
     async def _drain(self) -> None:
+        """Decode the waiting requests one by one, in arrival order (``sample_response``)."""
         while self._pending:
-            await asyncio.sleep(_BATCH_WINDOW_S)
-            pending, self._pending = self._pending, []
-            groups: dict[tuple, list] = {}
-            for item in pending:
-                params = item[1]
-                key = (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)), int(params.get("top_k", -1)))
-                groups.setdefault(key, []).append(item)
-            for (temperature, top_p, top_k), items in groups.items():
-                try:
-                    results = await asyncio.to_thread(
-                        sample_tokens,
-                        self.model,
-                        [item[0] for item in items],
-                        max_new_tokens=[item[1]["max_tokens"] for item in items],
-                        temperature=temperature,
-                        top_p=top_p,
-                        top_k=top_k,
-                        eos_token_ids=self.eos_token_ids,
-                        pad_token_id=self.pad_token_id,
-                        generator=self.generator,
-                    )
-                except Exception as error:  # hand the failure to every waiting request, then keep serving
-                    for item in items:
-                        item[2].set_exception(error)
-                    continue
-                for item, result in zip(items, results):
-                    item[2].set_result(result)
+            prompt_ids, params, future = self._pending.pop(0)
+            seed = params.get("seed")
+            generator = self.generator if seed is None else torch.Generator().manual_seed(int(seed))
+            try:
+                result = await asyncio.to_thread(
+                    sample_response,
+                    self.model,
+                    prompt_ids,
+                    max_new_tokens=params["max_tokens"],
+                    temperature=float(params.get("temperature", 1.0)),
+                    top_p=float(params.get("top_p", 1.0)),
+                    top_k=int(params.get("top_k", -1)),
+                    eos_token_ids=self.eos_token_ids,
+                    generator=generator,
+                )
+            except Exception as error:  # hand the failure to the waiting request, then keep serving
+                future.set_exception(error)
+                continue
+            future.set_result(result)
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], global_steps: Optional[int] = None) -> None:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
@@ -238,7 +211,7 @@ class HFRolloutServer:
 
     async def wait_for_requests_to_drain(self) -> None:
         while self._pending or (self._worker is not None and not self._worker.done()):
-            await asyncio.sleep(_BATCH_WINDOW_S)
+            await asyncio.sleep(_POLL_S)
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False) -> dict:
         return {"aborted_count": 0, "request_ids": []}

@@ -174,6 +174,22 @@ UNUSED_ENV = "EDGE_VERL_CPU_UNUSED"
 UNUSED_ON_FSDP = {"hf": ("megatron", "mbridge", "vllm"), "vllm": ("megatron", "mbridge")}
 
 
+# torch's and the BLAS libraries' threads in every process of a CPU run (``cpu/plugin.py`` sets torch's; the BLAS
+# variables are read when a library loads). Fixed, so that a run's numbers do not depend on how many cores each
+# process found: one thread, since a CPU run's processes take turns (rollout, then old log-probs, then the update)
+# on a machine of a few cores. The demo records it in its run folder (environment.json).
+THREADS_ENV = "EDGE_VERL_CPU_THREADS"
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def cpu_threads(env: dict[str, str] | None = None) -> int:
+    """The thread count of a CPU run's processes (``EDGE_VERL_CPU_THREADS``, default 1)."""
+    value = (os.environ if env is None else env).get(THREADS_ENV, "1")
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{THREADS_ENV}={value!r} must be an integer >= 1")
+    return int(value)
+
+
 def cpu_environment(base: dict[str, str] | None = None, unused: tuple[str, ...] = ()) -> dict[str, str]:
     """``base`` (default: this process's environment) plus the variables a CPU verl run needs; ``unused``:
     packages to hide from the run's processes (``UNUSED_ENV``; a value already in ``base`` wins)."""
@@ -187,6 +203,9 @@ def cpu_environment(base: dict[str, str] | None = None, unused: tuple[str, ...] 
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     # vLLM's CPU KV cache, in GiB, per server (unset, vLLM sizes it from the host's memory).
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault(THREADS_ENV, "1")
+    for name in BLAS_THREAD_VARIABLES:
+        env[name] = str(cpu_threads(env))
     return keep_bytecode(env)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from edge_verl.integration.cpu.overrides import UNUSED_ENV, cpu_backend_requested
+from edge_verl.integration.cpu.overrides import UNUSED_ENV, cpu_backend_requested, cpu_threads
 
 
 def hide_unused_packages() -> None:
@@ -16,9 +16,19 @@ def hide_unused_packages() -> None:
         sys.modules.setdefault(name, None)
 
 
+def fix_thread_count() -> None:
+    """torch's intra-op threads in this process: ``cpu_threads()``, whatever Ray or the host would pick. A
+    matmul's last bits can depend on how many threads split it, so a run's numbers must not depend on the
+    cores a scheduler gave each process (``overrides.THREADS_ENV``)."""
+    import torch
+
+    torch.set_num_threads(cpu_threads())
+
+
 def register_cpu_backend() -> None:
     """CPU platform (gloo) + HF rollout in verl's registries; Megatron's CPU adaptations when its engine is built."""
     hide_unused_packages()
+    fix_thread_count()
     os.environ.setdefault("VERL_PLATFORM", "cpu")
     # verl's engine registry keys the FSDP engine by device "cuda"; the engine itself follows the platform.
     os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
