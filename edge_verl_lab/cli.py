@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--algorithm", choices=ALGORITHMS, default=DemoConfig.algorithm,
         help=f"gepo, edge_eda, edge (EDA + GEC), the controls, or verl's grpo (default {DemoConfig.algorithm})",
     )
-    demo.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
     demo.add_argument("--task", choices=TASK_NAMES, default=DEFAULT_TASK,
                       help=f"the task (edge_verl_lab/demo/task.py; default {DEFAULT_TASK}; addmod: the collapse regime)")
     demo.add_argument("--trainer", choices=TRAINERS, default="v1", help="verl's v1 trainer (default) or the legacy one")
