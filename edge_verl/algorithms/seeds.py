@@ -54,6 +54,17 @@ def keyed_rng(*parts: Any) -> random.Random:
     return random.Random(keyed_seed(*parts))
 
 
+def seed_global_generators(seed: int) -> None:
+    """Python's, numpy's and torch's global generators from ``seed``: what a framework draws from them without a
+    generator of its own (verl's shuffled validation loader, for one) follows the run's seed."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def _identity(index: Any) -> Any:
     """A row's index as an int when it is one (numpy and torch scalars included), else its text."""
     try:

@@ -46,6 +46,7 @@ from omegaconf import OmegaConf
 
 from edge_verl import names
 from edge_verl.algorithms.gec import PlaceboProblem
+from edge_verl.algorithms.seeds import keyed_seed, seed_global_generators
 from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig, SeedingConfig
 
 if TYPE_CHECKING:  # the table's module imports this one at run time
@@ -649,7 +650,8 @@ def agent_names(dataset: Any) -> Optional[list]:
 
 def start_run(trainer: Any) -> Optional[TrainingRun]:
     """The run's ``TrainingRun`` (None for a run that does not use the plugin), checked against its data;
-    attached to the trainer."""
+    attached to the trainer. A seeded run also seeds the trainer process's global generators from its seed (verl
+    shuffles its validation loader with torch's global generator)."""
     config = trainer.config
     run = check_run_config(config) if plugin_in_use(config.algorithm) else None
     if run is not None:
@@ -660,6 +662,8 @@ def start_run(trainer: Any) -> Optional[TrainingRun]:
             agent_names(getattr(trainer, "train_dataset", None)),
             agent_names(getattr(trainer, "val_dataset", None)),
         )
+    if run is not None and run.seeding.enable:  # before the first rollout, validation and dataloader iteration
+        seed_global_generators(keyed_seed("trainer", sampling_seed(config)))
     setattr(trainer, _RUN_ATTRIBUTE, run)
     return run
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from edge_verl_lab.demo.run import SAMPLE_TOKENS
 from edge_verl.integration.cpu.vllm_worker import WORKER_LOG_LINE
+from edge_verl.reward.score import GRADER_OUTCOMES
 
 from tests.e2e.gec_checks import BRANCHES, check_origin_metrics, check_token_accounting, has_gradient, read_dump
 from tests.e2e.gec_recorder import RECORD_ENV, agent_loop_config
@@ -36,16 +37,16 @@ def assert_rollout_matches_actor(rows):
         assert row["training/rollout_probs_diff_max"] < 5e-2, row["step"]
 
 
-def test_plain_grpo_through_vllm_trains_with_synced_weights_and_writes_nothing_of_ours(run_cpu_demo):
+def test_grpo_through_vllm_trains_with_synced_weights_and_writes_only_its_seeding_and_grader_metrics(run_cpu_demo):
     out, rows = run_cpu_demo("vllm_grpo", algorithm="grpo", rollout="vllm", steps=2, save_freq=2)
     assert_served_by_vllm(out)
     assert [row["step"] for row in rows] == [1, 2]
     assert_rollout_matches_actor(rows)
     for row in rows:
         assert 0 < row["response_length/mean"] <= row["response_length/max"] <= SAMPLE_TOKENS
-    # nothing of the plugin's was asked for: not even the grader metrics of its reward, which grades this run
-    # (they come with any run that uses the plugin, e.g. the GEC run below)
-    assert not {key for row in rows for key in row if key.startswith("edge_verl/")}
+    # the demo's GRPO asks the plugin for one thing, its seeding (+algorithm.edge_seeding.enable=True, as every
+    # method's): it then logs the grader metrics of its reward, and no estimator, GEC or advantage metric
+    assert {key for row in rows for key in row if key.startswith("edge_verl/")} == {f"edge_verl/grader/{outcome}" for outcome in GRADER_OUTCOMES}
     assert (out / "checkpoints" / "global_step_2").is_dir()
     assert not list((out / "checkpoints").rglob("edge_verl*")), "a GRPO checkpoint holds a file of the plugin"
 

@@ -171,3 +171,21 @@ def test_v1s_update_batch_is_put_in_prompt_then_sample_order_whatever_the_comple
     assert [tag["k"] for tag in ordered.tags] == ordered.keys and ordered.extra_info == {"x": 1} and metrics == {"m": 1}
     setattr(buffer, seeding._BUFFER_SEED, None)  # a plain run: verl's order
     assert sample(buffer, 1, "train", 2)[0].keys == done
+
+
+def test_a_seeded_runs_trainer_process_draws_the_same_global_random_numbers_on_every_run():
+    # verl shuffles its validation loader with torch's global generator: a seeded run seeds it from its seed
+    import random
+
+    import torch
+
+    from edge_verl.integration.run import start_run
+
+    def draws(**algorithm):
+        trainer = SimpleNamespace(config=OmegaConf.create({**_config(**algorithm), "data": {}}), train_dataset=None, val_dataset=None)
+        random.seed(None), torch.seed()  # whatever the process drew before
+        start_run(trainer)
+        return torch.rand(3).tolist(), random.random()
+
+    assert draws(adv_estimator="gepo") == draws(adv_estimator="gepo")
+    assert draws(adv_estimator="gepo") != draws(adv_estimator="gepo", edge_seeding={"enable": False})
