@@ -65,5 +65,9 @@ VANILLA_POLICY_LOSS = "vanilla"
 # policy's entropy "entropys" in the legacy trainer and "entropy" in the v1 trainer.
 BATCH_KEYS = {"entropys": "entropy", "entropy": "entropy", "old_log_probs": "old_log_probs"}
 
+# verl's ``actor_rollout_ref.model.fused_kernel_options.impl_backend`` value of the plugin's tiled log-prob +
+# entropy head (``integration/fused_head.py``), with ``actor_rollout_ref.model.use_fused_kernels=True``.
+TILED_HEAD_BACKEND = "edge_tiled"
+
 # Prefix of every metric the plugin adds to verl's step metrics.
 METRIC_PREFIX = "edge_verl"

@@ -252,6 +252,10 @@ CORE = PatchTable(
             "get_policy_loss_fn": ("name",),
         },
         "verl.workers.engine_workers": {"ppo_loss": _PPO_LOSS},
+        # the tiled head behind verl's fused-kernel seam (integration/fused_head.py): verl's torch-backend forward
+        # installed for the plugin's backend name, and the class that forward builds its head from
+        "verl.models.transformers.monkey_patch": {"patch_forward_with_backends": ("model", "use_fused_kernels", "fused_kernels_backend")},
+        "verl.utils.experimental.torch_functional": {"FusedLinearForPPO": ("chunk_size", "impl_backend")},
         "verl.trainer.distillation.losses": {"ppo_loss": _PPO_LOSS},
     },
     read={
@@ -305,6 +309,21 @@ CORE = PatchTable(
         },
         "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
         "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
+        # the fused forward looks the head's class up at call time, with the backend the model was marked with;
+        # apply_monkey_patch hands the engine's backend to patch_forward_with_backends by keyword
+        "verl.models.transformers.dense_common": {
+            "forward_with_torch_backend": (
+                "self", "input_ids",
+                contains_code("from verl.utils.experimental.torch_functional import FusedLinearForPPO"),
+                contains_code("fused_linear_for_ppo = FusedLinearForPPO(impl_backend=getattr(self, '_verl_fused_kernels_backend', 'torch'))"),
+            ),
+        },
+        "verl.models.transformers.monkey_patch": {
+            "apply_monkey_patch": (
+                "model",
+                contains_code("patch_forward_with_backends(model, use_fused_kernels=use_fused_kernels, fused_kernels_backend=fused_kernels_backend)"),
+            ),
+        },
         "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},
     },
 )

@@ -18,7 +18,7 @@ import importlib
 import os
 from typing import Any, Callable
 
-from edge_verl.integration import actor_loss, estimators, seeding
+from edge_verl.integration import actor_loss, estimators, fused_head, seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.post_import import when_imported
@@ -60,6 +60,8 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
     "verl.trainer.ppo.v1.trainer_base": V1Adapter.install,
     "verl.trainer.ppo.v1.replay_buffer": seeding.install_replay_buffer,
+    "verl.models.transformers.monkey_patch": fused_head.patch_monkey_patch,
+    "verl.utils.experimental.torch_functional": fused_head.patch_torch_functional,
 }
 
 

@@ -3,6 +3,13 @@ import pytest
 from edge_verl_lab.demo.run import DemoConfig, run_demo
 
 
+def train_demo(config: DemoConfig):
+    """Run one demo config (verl's real main_ppo on CPU) and return its folder; fail with verl's log tail."""
+    result = run_demo(config)
+    assert result["returncode"] == 0, (config.out / "verl.log").read_text()[-6000:]
+    return config.out
+
+
 @pytest.fixture(scope="session")
 def run_cpu_demo(tmp_path_factory):
     """Run the demo (verl's real main_ppo on CPU) into a fresh folder; fail with verl's log tail."""

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe, run_demo
+from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
 from edge_verl_lab.same_run import final_weights, read_rows, run_differences, sampled_groups
 from edge_verl_lab.study.cluster import study_cluster
+from tests.e2e.conftest import train_demo
 
 METHODS = ("grpo", "gepo", "edge")
 STEPS = 3
@@ -26,12 +27,6 @@ def _config(root, method, seed, name, ray_address=None):
     )
 
 
-def _train(config):
-    result = run_demo(config)
-    assert result["returncode"] == 0, (config.out / "verl.log").read_text()[-6000:]
-    return config.out
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """{name: run folder}: "<method>" alone, "<method>_shared" on the shared cluster, "grpo_seed1" there too."""
@@ -39,12 +34,12 @@ def runs(tmp_path_factory):
     for seed in (0, 1):  # built before any run: two runs at a time must not build one folder together
         config = _config(root, "grpo", seed, "unused")
         build_warm_model(model_recipe(config), config.model_dir)
-    folders = {method: _train(_config(root, method, 0, method)) for method in METHODS}
+    folders = {method: train_demo(_config(root, method, 0, method)) for method in METHODS}
     with study_cluster(2) as address, ThreadPoolExecutor(max_workers=2) as pool:
         for pair in ((("grpo", 0), ("gepo", 0)), (("edge", 0), ("grpo", 1))):
             names = [f"{method}_shared" if seed == 0 else f"{method}_seed{seed}" for method, seed in pair]
             configs = [_config(root, method, seed, name, address) for (method, seed), name in zip(pair, names)]
-            folders.update(zip(names, pool.map(_train, configs)))
+            folders.update(zip(names, pool.map(train_demo, configs)))
     return folders
 
 
