@@ -83,8 +83,9 @@ class _TiledLogProbEntropy(torch.autograd.Function):
                     weighted = decay * (weighted + total * gap) + block_weighted
                     total = decay * total + block_total
                 running_max = new_max
-            log_sum_exp[start:end] = running_max + total.log()
-            entropy[start:end] = total.log() - weighted / total
+            log_total = total.log()
+            log_sum_exp[start:end] = running_max + log_total
+            entropy[start:end] = log_total - weighted / total
         log_prob = label_logit - log_sum_exp
         ctx.save_for_backward(hidden, weight, labels, log_sum_exp, entropy)
         ctx.temperature, ctx.token_chunk, ctx.vocab_block = temperature, token_chunk, vocab_block
