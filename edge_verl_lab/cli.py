@@ -199,6 +199,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from edge_verl.integration.cpu.overrides import pin_numeric_path
+
+    pin_numeric_path()  # every lab command computes on CPU: the warm-started models and evaluations too
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
         from edge_verl_lab.reproduce.cli import run_reproduce

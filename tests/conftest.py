@@ -51,7 +51,9 @@ def pytest_configure(config):
     # Every process a test starts (Ray's workers, main_ppo, vLLM) keeps its compiled modules, as a study run does
     # (edge_verl/integration/cpu/overrides.py, keep_bytecode): ~25 s less start-up per verl run where the
     # machine sets PYTHONDONTWRITEBYTECODE.
-    from edge_verl.integration.cpu.overrides import keep_bytecode
+    from edge_verl.integration.cpu.overrides import keep_bytecode, pin_numeric_path
+
+    pin_numeric_path()  # before any test computes: models built in-process take the runs' numeric path
 
     kept = keep_bytecode(dict(os.environ))
     for name in set(os.environ) - set(kept):

@@ -1,10 +1,12 @@
 """``edge-verl cpu-overrides``: one set per training backend, picked by backend or by verl config name."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from edge_verl.cli import main
-import subprocess
-import sys
 
 from edge_verl.integration.cpu.overrides import (
     CPU_OVERRIDES, UNUSED_ENV, UNUSED_ON_FSDP, backend_of_config, cpu_environment, cpu_overrides, keep_bytecode,
@@ -133,3 +135,39 @@ def test_a_run_joining_a_cluster_drops_the_cluster_s_sizes_and_carries_its_own_v
     assert parsed["ray_kwargs.ray_init.address"] == "10.0.0.7:6380"
     with pytest.raises(ValueError, match="empty Ray address"):
         connect_overrides(cpu_overrides("fsdp"), "")
+
+
+def test_the_cpu_environment_pins_one_numeric_path_unless_asked_not_to():
+    from edge_verl.integration.cpu.overrides import CPU_ISA_ENV, cpu_isa_variables
+
+    pinned = cpu_environment({})
+    assert (pinned["ATEN_CPU_CAPABILITY"], pinned["MKL_CBWR"], pinned["ONEDNN_MAX_CPU_ISA"]) == ("avx2", "AVX2", "AVX2")
+    native = cpu_environment({CPU_ISA_ENV: "native"})
+    assert not {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"} & set(native)
+    assert cpu_environment({"MKL_CBWR": "COMPATIBLE"})["MKL_CBWR"] == "COMPATIBLE"  # the caller's value wins
+    with pytest.raises(ValueError, match=CPU_ISA_ENV):
+        cpu_isa_variables({CPU_ISA_ENV: "avx3"})
+
+
+def test_a_process_pinned_too_late_is_refused(tmp_path):
+    """torch fixes its kernels at its first operation: pinning after one on a wider path must fail loudly (where the
+    machine has AVX512; on an AVX2 machine the late pin is harmless and passes)."""
+    code = (
+        "import os, torch\n"
+        "torch.ones(3).sum()\n"
+        "from edge_verl.integration.cpu.overrides import pin_numeric_path\n"
+        "try:\n"
+        "    pin_numeric_path()\n"
+        "except RuntimeError as error:\n"
+        "    print('refused', torch.backends.cpu.get_cpu_capability())\n"
+        "else:\n"
+        "    print('pinned', torch.backends.cpu.get_cpu_capability())\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name not in {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA"}}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    verdict, capability = done.stdout.split()
+    assert (verdict, capability) in {("refused", "AVX512"), ("pinned", "AVX2"), ("pinned", "DEFAULT")}
+    early = subprocess.run([sys.executable, "-c", "from edge_verl.integration.cpu.overrides import pin_numeric_path\n"
+                            "pin_numeric_path()\nimport torch\ntorch.ones(3).sum()\nprint(torch.backends.cpu.get_cpu_capability())"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert early.stdout.strip() in {"AVX2", "DEFAULT"}

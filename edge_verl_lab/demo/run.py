@@ -18,7 +18,8 @@ from pathlib import Path
 
 from edge_verl_lab.demo import task
 from edge_verl.integration.cpu.overrides import (
-    BLAS_THREAD_VARIABLES, ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides, cpu_threads,
+    BLAS_THREAD_VARIABLES, CPU_ISA_VARIABLES, ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides,
+    cpu_threads, pin_numeric_path,
 )
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
@@ -61,8 +62,8 @@ class DemoConfig:
     # GEPO by default: the demo shows the plugin at work (its adaptive thresholds and attenuated advantages in
     # the summary and the plot); --algorithm grpo is verl's own baseline.
     algorithm: str = "gepo"
-    # 30 steps: first-5 -> last-5 reward +0.116 / +0.144 / +0.131 at seeds 0 / 1 / 2 (GEPO, copy; at 20 steps
-    # +0.059 / +0.078 / +0.053, within the steps' sampling noise of ~0.05 on 64 responses)
+    # 30 steps: first-5 -> last-5 reward +0.122 at seed 0 (GEPO, copy; docs/cpu.md; at 20 steps the rise was
+    # within the steps' sampling noise of ~0.05 on 64 responses)
     steps: int = 30
     # The task (edge_verl_lab/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
     # mixture "mix" (pair and max in one batch, each under its own data source).
@@ -215,6 +216,8 @@ def build_warm_model(recipe: dict, model_dir: Path) -> Path:
     seed and size, warm-started on the answer format of the task's training problems only (gold answers, or
     for the recipe's wrong share its misconception); unless the folder already holds that recipe's model."""
     from edge_verl_lab.demo import tiny  # torch: only here, so that the CLI's parser starts without it
+
+    pin_numeric_path()  # the weights every run of the recipe starts from: the runs' numeric path
 
     model_dir = Path(model_dir)
     record = model_dir / tiny.RECORD
@@ -398,8 +401,18 @@ def run_environment(rollout: str = "hf") -> dict[str, str]:
 RECORDED_PACKAGES = ("torch", "verl", "transformers", "edge-verl", "vllm")
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as the kernel reports it (None where /proc/cpuinfo has none)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def environment_record(env: dict[str, str]) -> dict:
-    """The thread counts every process of the run uses and the versions of what computes its numbers."""
+    """The thread counts every process of the run uses, the numeric path its libraries take (the CPU and the
+    variables that pin it) and the versions of what computes its numbers."""
     from importlib import metadata
 
     versions = {}
@@ -411,6 +424,8 @@ def environment_record(env: dict[str, str]) -> dict:
     return {
         "threads": cpu_threads(env),
         **{name: env[name] for name in BLAS_THREAD_VARIABLES},
+        "cpu": cpu_model(),
+        "numeric_path": {name: env.get(name) for name in CPU_ISA_VARIABLES["avx2"]},
         "python": sys.version.split()[0],
         "packages": versions,
     }

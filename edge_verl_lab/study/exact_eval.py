@@ -269,6 +269,10 @@ def load_model(model_dir: str | Path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from edge_verl.integration.cpu.overrides import pin_numeric_path
+
+    pin_numeric_path()  # the evaluation computes on the training runs' numeric path
+
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
     return model, tokenizer

@@ -10,6 +10,7 @@ engine, the CPU adaptations of ``edge_verl.integration.cpu.megatron``).
 from __future__ import annotations
 
 import os
+import sys
 
 CPU_ENV_FLAG = "EDGE_VERL_CPU"
 BACKENDS = ("fsdp", "megatron")
@@ -190,6 +191,47 @@ def cpu_threads(env: dict[str, str] | None = None) -> int:
     return int(value)
 
 
+# One numeric path on every x86-64 machine. torch's vectorised kernels (ATen), oneDNN and MKL each pick their code
+# from the CPU they find (AVX512 or AVX2), and a sum or a matrix product in another vector width rounds otherwise,
+# so a CPU run samples other tokens a few steps in on another kind of machine. Measured (the README's demo, GEPO,
+# 30 steps, seed 0, last-5 mean reward): 0.2531, 0.2594 and 0.2750 on three machines; on the Zen 4 machine that gave
+# 0.2750, with the three pinned to AVX2 in every process, 0.2594 (an AVX2 machine's figure), on every run. Every
+# process that computes a run's numbers needs them, the one that builds the demo's warm-started model included
+# (``pin_numeric_path``): pinned in the run's processes only, the weights it starts from differed in their last bits.
+# ``EDGE_VERL_CPU_ISA=native`` lets each library pick again; a variable the caller set wins.
+CPU_ISA_ENV = "EDGE_VERL_CPU_ISA"
+CPU_ISA_VARIABLES = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "native": {},
+}
+
+
+def cpu_isa_variables(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that pin a CPU run's numeric path (``EDGE_VERL_CPU_ISA``, default ``avx2``)."""
+    value = (os.environ if env is None else env).get(CPU_ISA_ENV, "avx2").strip().lower()
+    if value not in CPU_ISA_VARIABLES:
+        raise ValueError(f"{CPU_ISA_ENV}={value!r} must be one of {sorted(CPU_ISA_VARIABLES)}")
+    return CPU_ISA_VARIABLES[value]
+
+
+def pin_numeric_path() -> None:
+    """Pin this process's numeric path (``cpu_isa_variables``) before it computes anything. The libraries read the
+    variables once, at their first operation: a process in which torch has already run an operation on another
+    path cannot be pinned any more, and is refused rather than left to compute other numbers."""
+    for name, value in cpu_isa_variables().items():
+        os.environ.setdefault(name, value)
+    torch = sys.modules.get("torch")
+    wanted = os.environ.get("ATEN_CPU_CAPABILITY")
+    if torch is None or not wanted:
+        return
+    found, widths = torch.backends.cpu.get_cpu_capability(), ("DEFAULT", "AVX2", "AVX512")
+    if found in widths and wanted.upper() in widths and widths.index(found) > widths.index(wanted.upper()):
+        raise RuntimeError(
+            f"torch computes with {found} in this process, not ATEN_CPU_CAPABILITY={wanted}: it ran an operation before "
+            f"the numeric path was pinned. Start the process with the variable set ({CPU_ISA_ENV}=native: no pin)"
+        )
+
+
 def cpu_environment(base: dict[str, str] | None = None, unused: tuple[str, ...] = ()) -> dict[str, str]:
     """``base`` (default: this process's environment) plus the variables a CPU verl run needs; ``unused``:
     packages to hide from the run's processes (``UNUSED_ENV``; a value already in ``base`` wins)."""
@@ -206,6 +248,8 @@ def cpu_environment(base: dict[str, str] | None = None, unused: tuple[str, ...] 
     env.setdefault(THREADS_ENV, "1")
     for name in BLAS_THREAD_VARIABLES:
         env[name] = str(cpu_threads(env))
+    for name, value in cpu_isa_variables(env).items():
+        env.setdefault(name, value)
     return keep_bytecode(env)
 
 
