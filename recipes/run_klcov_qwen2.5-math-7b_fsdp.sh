@@ -52,8 +52,13 @@ SEED=${SEED:-42}
 ROLLOUT_TP=${ROLLOUT_TP:-1}                           # vLLM's tensor parallel size
 GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}
 # FSDP: verl 0.9.1's FSDP optimizer has no linear decay (the papers'): cosine decays to 0 too (a deliberate
-# deviation)
+# deviation). The policy head, the same for every method (docs/performance.md#the-tiled-head): log-probs and entropy
+# from the hidden states through verl's fused-kernel seam; edge_tiled, the plugin's tiled head (any device, EDA's
+# gradient form at GRPO's memory); triton or torch, verl's; USE_FUSED_KERNELS=False, verl's eager head (the logits
+# materialised)
 LR_SCHEDULER=${LR_SCHEDULER:-cosine}
+USE_FUSED_KERNELS=${USE_FUSED_KERNELS:-True}
+LOGPROB_HEAD=${LOGPROB_HEAD:-edge_tiled}
 
 PROJECT_NAME=${PROJECT_NAME:-edge_verl}
 # The run's name and checkpoint folder: <method>_<model>_<training set>_<backend>_seed<N>
@@ -173,6 +178,8 @@ ALGORITHM=(
 FSDP=(
     actor_rollout_ref.actor.optim.lr_scheduler_type="$LR_SCHEDULER"
     actor_rollout_ref.actor.optim.min_lr_ratio=0.0
+    actor_rollout_ref.model.use_fused_kernels="$USE_FUSED_KERNELS"
+    actor_rollout_ref.model.fused_kernel_options.impl_backend="$LOGPROB_HEAD"
     actor_rollout_ref.actor.strategy=fsdp2
     actor_rollout_ref.ref.strategy=fsdp2
     actor_rollout_ref.actor.fsdp_config.param_offload=False

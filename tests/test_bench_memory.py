@@ -1,5 +1,5 @@
-"""scripts/bench_memory.py's reading of verl's per-step records (the run itself is a real main_ppo run per
-method: see the script and docs/performance.md)."""
+"""scripts/bench_memory.py's reading of verl's per-step records and its table (the run itself is a real main_ppo
+run per cell: see the script and docs/performance.md)."""
 
 import importlib.util
 from pathlib import Path
@@ -17,28 +17,49 @@ def bench():
     return module
 
 
-def test_the_peak_is_the_largest_memory_figure_verl_logged_in_any_step(bench):
-    rows = [{"step": 1, "actor/perf/max_memory_allocated_gb": 3.5, "perf/cpu_memory_used_gb": 99.0},
+def test_the_peak_is_the_updates_largest_over_the_steps(bench):
+    rows = [{"step": 1, "actor/perf/max_memory_allocated_gb": 3.5, "perf/cpu_memory_used_gb": 99.0,
+             "critic/perf/max_memory_allocated_gb": 50.0},
             {"step": 2, "actor/perf/max_memory_allocated_gb": 4.25}]
-    assert bench.peak_gb(rows) == 4.25  # the host's memory in use is not the worker's peak
-    with pytest.raises(RuntimeError, match="no metric ending in max_memory_allocated_gb"):
-        bench.peak_gb([{"step": 1, "perf/cpu_memory_used_gb": 1.0}])
+    assert bench.update_peak_gb(rows) == 4.25  # neither the host's memory in use nor another worker's peak
+    with pytest.raises(RuntimeError, match="actor/perf/max_memory_allocated_gb"):
+        bench.update_peak_gb([{"step": 1, "perf/cpu_memory_used_gb": 1.0}])
 
 
-def test_times_are_per_1000_response_tokens_median_over_the_steps_after_the_first(bench):
-    # 8 responses of mean length 500 = 4000 tokens; update 2 s -> 500 ms per 1000 tokens, 4 s -> 1000; step 1 left out
-    rows = [{"timing_s/update_actor": 100.0, "timing_s/old_log_prob": 1.0, "response_length/mean": 500},
-            {"timing_s/update_actor": 2.0, "timing_s/old_log_prob": 1.0, "response_length/mean": 500},
-            {"timing_s/update_actor": 4.0, "timing_s/old_log_prob": 1.0, "response_length/mean": 500},
-            {"timing_s/update_actor": 3.0, "timing_s/old_log_prob": 1.0, "response_length/mean": 500}]
-    found = bench.per_token_ms(rows, responses=8)
-    assert found == {"update_actor": pytest.approx(750.0), "old_log_prob": pytest.approx(250.0)}
+def test_the_step_time_is_the_median_after_the_first_step(bench):
+    rows = [{"timing_s/step": 100.0}, {"timing_s/step": 2.0}, {"timing_s/step": 4.0}, {"timing_s/step": 3.0}]
+    assert bench.step_seconds(rows) == 3.0  # median of 2, 4, 3; the first step's 100 s left out
+    with pytest.raises(RuntimeError, match="at least 2 steps"):
+        bench.step_seconds(rows[:1])
 
 
-def test_every_row_is_a_method_the_demo_runs_with_verl_switches_only(bench):
-    from edge_verl_lab.demo.run import DEMO_METHODS, EDA_FORMS
+def test_a_budget_is_one_micro_batch_of_groups_of_two_to_four(bench):
+    assert bench.shape(2) == (1, 2)
+    assert bench.shape(8) == (2, 4)
+    assert bench.shape(6) == (3, 2)
+    for bad in (0, 1, 3):
+        with pytest.raises(ValueError, match="even number >= 2"):
+            bench.shape(bad)
 
-    assert "grpo" in bench.METHODS
-    for algorithm, form, extra in bench.METHODS.values():
-        assert algorithm in DEMO_METHODS and form in EDA_FORMS
-        assert all(item.startswith("actor_rollout_ref.actor.entropy_") and item.endswith("=True") for item in extra)
+
+def _cell(micro_batch, head, method, tokens, peak, step):
+    return {"micro_batch": micro_batch, "head": head, "method": method, "tokens_per_micro_batch": tokens,
+            "peak_gb": peak, "step_s": step}
+
+
+def test_the_table_gives_ratios_to_grpo_on_the_same_head_and_to_eager_grpo_and_the_slope_per_token(bench):
+    results = {
+        "a": _cell(2, "eager", "grpo", 2048, 2.0, 10.0),
+        "b": _cell(2, "edge_tiled", "grpo", 2048, 1.0, 11.0),
+        "c": _cell(2, "edge_tiled", "eda gradient", 2048, 1.05, 11.5),
+        "d": _cell(8, "eager", "grpo", 8192, 5.0, 30.0),
+        "e": _cell(8, "edge_tiled", "grpo", 8192, 1.0, 33.0),
+        "f": _cell(8, "edge_tiled", "eda gradient", 8192, 1.1, 34.5),
+    }
+    rows = {tuple(part.strip() for part in line.strip("|").split("|")[:3]): line for line in bench.table(results)[2:]}
+    # eager grpo: (5.0 - 2.0) GiB over 6144 tokens = 3072 MiB / 6144 = 0.500 MiB per token
+    assert rows[("2048", "eager", "grpo")].split("|")[7].strip() == "0.500"
+    # tiled eda at 8k: 1.1 / 1.0 = 1.10 of grpo on the tiled head, 1.1 / 5.0 = 0.22 of eager grpo;
+    # slope (1.1 - 1.05) * 1024 / 6144 = 0.008 MiB per token; step 34.5 / 30 = 1.15
+    cells = [part.strip() for part in rows[("8192", "edge_tiled", "eda gradient")].strip("|").split("|")]
+    assert cells[3:] == ["1.10", "1.10", "0.22", "0.008", "34.5", "1.15"]

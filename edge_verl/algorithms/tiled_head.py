@@ -74,7 +74,8 @@ class _TiledLogProbEntropy(torch.autograd.Function):
                 new_max = block_max if running_max is None else torch.maximum(running_max, block_max)
                 shifted = logits.sub_(new_max[:, None])  # z - M'
                 exp = shifted.exp()
-                block_total, block_weighted = exp.sum(dim=-1), (exp * shifted).sum(dim=-1)
+                block_total = exp.sum(dim=-1)
+                block_weighted = exp.mul_(shifted).sum(dim=-1)
                 if running_max is None:
                     total, weighted = block_total, block_weighted
                 else:  # rescale the sums kept at M to M': s' = s e^(M-M'), u' = e^(M-M') (u + s (M - M'))
@@ -111,16 +112,19 @@ class _TiledLogProbEntropy(torch.autograd.Function):
                 chunk = hidden[start:end]
                 log_p = _tile_logits(chunk, block, temperature).sub_(log_sum_exp[start:end, None])
                 p = log_p.exp()
-                grad_logits = torch.zeros_like(p)
-                if grad_entropy is not None:  # -p (log p + H) dH
-                    grad_logits.addcmul_(p, log_p.add_(entropy[start:end, None]), value=-1.0)
-                    grad_logits.mul_(grad_entropy[start:end, None].to(wide))
-                if grad_log_prob is not None:  # ([v = y] - p) dlogp
-                    chunk_grad = grad_log_prob[start:end].to(wide)
-                    grad_logits.addcmul_(p, chunk_grad[:, None], value=-1.0)
+                # dz = -p (dH (log p + H) + dlogp) / T + [v = y] dlogp / T, in place, the per-token factors
+                # scaled by -1/T first: four passes over the tile after the exponential
+                if grad_entropy is not None:
+                    factor = log_p.add_(entropy[start:end, None]).mul_(grad_entropy[start:end, None].to(wide) / -temperature)
+                    if grad_log_prob is not None:
+                        factor.add_(grad_log_prob[start:end, None].to(wide) / -temperature)
+                else:
+                    factor = grad_log_prob[start:end, None].to(wide) / -temperature
+                grad_logits = p.mul_(factor)
+                if grad_log_prob is not None:
                     rows, columns = _label_in_block(labels[start:end], block_start, block_end)
-                    grad_logits[rows, columns] += chunk_grad[rows]
-                grad_logits = grad_logits.div_(temperature).to(hidden.dtype)
+                    grad_logits[rows, columns] += grad_log_prob[start:end][rows].to(wide) / temperature
+                grad_logits = grad_logits.to(hidden.dtype)
                 if want_hidden:
                     grad_hidden[start:end] += grad_logits @ block
                 if want_weight:

@@ -59,6 +59,8 @@ CPU_BACKEND = PatchTable(
             "set_random_seed": ("seed",),
         },
         "verl.workers.engine.fsdp.transformer_impl": {"FSDPEngine.__init__": ("self",)},
+        # platform, EDGE_VERL_CPU_PEAK_PER_PASS=1: each actor pass reports its own peak
+        "verl.workers.engine_workers": {"TrainingWorker.train_batch": ("self", "data"), "TrainingWorker.infer_batch": ("self", "data")},
         # vllm_worker: vLLM's own processes
         "vllm.model_executor.layers.linear": {"UnquantizedLinearMethod.process_weights_after_loading": ("self", "layer")},
     },

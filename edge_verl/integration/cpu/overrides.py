@@ -179,6 +179,12 @@ UNUSED_ON_FSDP = {"hf": ("megatron", "mbridge", "vllm"), "vllm": ("megatron", "m
 # variables are read when a library loads). Fixed, so that a run's numbers do not depend on how many cores each
 # process found: one thread, since a CPU run's processes take turns (rollout, then old log-probs, then the update)
 # on a machine of a few cores. The demo records it in its run folder (environment.json).
+# ``EDGE_VERL_CPU_PEAK_PER_PASS=1``: verl's ``perf/max_memory_allocated_gb`` of each actor pass (the update's
+# ``train_batch``, a log-prob pass's ``infer_batch``) is that pass's own peak (``platform.patch_peak_per_pass``).
+# verl reads the peak after every pass and resets it nowhere, so without it the figure is the worker's peak since
+# it started, the rollout's included where the rollout shares the worker. scripts/bench_memory.py sets it.
+PEAK_PER_PASS_ENV = "EDGE_VERL_CPU_PEAK_PER_PASS"
+
 THREADS_ENV = "EDGE_VERL_CPU_THREADS"
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 

@@ -70,6 +70,22 @@ def reset_peak_memory() -> None:
         pass
 
 
+def patch_peak_per_pass(module: Any) -> None:
+    """Reset the peak when each of verl's ``TrainingWorker`` passes starts (``verl.workers.engine_workers``), so
+    that its ``perf/max_memory_allocated_gb`` is that pass's own peak (``overrides.PEAK_PER_PASS_ENV``)."""
+    from edge_verl.integration.cpu import CPU_BACKEND
+
+    def make(original):
+        def reset_then_run(self, data, *args, **kwargs):
+            reset_peak_memory()
+            return original(self, data, *args, **kwargs)
+
+        return reset_then_run
+
+    for path in ("TrainingWorker.train_batch", "TrainingWorker.infer_batch"):
+        CPU_BACKEND.wrap(module, path, make)
+
+
 _DEVICE_MODULE = _build_device_module()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from edge_verl.integration.cpu.overrides import UNUSED_ENV, cpu_backend_requested, cpu_threads
+from edge_verl.integration.cpu.overrides import PEAK_PER_PASS_ENV, UNUSED_ENV, cpu_backend_requested, cpu_threads
 
 
 def hide_unused_packages() -> None:
@@ -42,6 +42,8 @@ def register_cpu_backend() -> None:
     # Megatron's CPU adaptations apply when verl builds its Megatron engine in this process, not on import.
     when_imported("verl.workers.engine.megatron.transformer_impl", megatron_engine.hook_megatron_engine)
     when_imported("verl.workers.engine.fsdp.transformer_impl", megatron_engine.hook_fsdp_engine)
+    if os.environ.get(PEAK_PER_PASS_ENV, "").strip() == "1":
+        when_imported("verl.workers.engine_workers", platform.patch_peak_per_pass)
     # Several runs on one Ray cluster (the study's --jobs): TransferQueue's controller per run.
     when_imported("transfer_queue.interface", shared_cluster.patch_transfer_queue)
     rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
