@@ -2,11 +2,15 @@
 two token budgets per micro-batch, side by side in one run.
 
 Each cell is a real ``main_ppo`` run on CPU (the demo's pipeline, v1 trainer, FSDP engine) of a model with
-Qwen2.5's vocabulary (151,936 rows, the padded embedding of a tiny Qwen2: hidden size 64) on responses as
-long as the recipes' (``--sample-tokens``, default 1024; GEC's corrections add the phrase and
-``--continuation-tokens``, default 256). An untrained model of that vocabulary almost never samples EOS, so
-every response runs to its cap. Per step, one micro-batch of ``m`` sequences in the update and in the log-prob
-pass (``--micro-batches``, default 2 and 8: ~2k and ~8k tokens per micro-batch).
+Qwen2.5's vocabulary (151,936 rows, the padded embedding of a tiny Qwen2: hidden size 64) on sequences of
+``--sequence-tokens`` (default 1024): a prompt made long by filler (``DemoConfig.prompt_filler``) and a response
+of ``--sample-tokens`` (default 64; GEC's corrections add the phrase and ``--continuation-tokens``, default 64).
+An untrained model of that vocabulary almost never samples EOS, so every response runs to its cap. verl's
+forward computes the head, and EDA's entropy with its gradient, over every token of the sequence, prompt
+included, so a micro-batch's memory follows its tokens whichever part they are in; the CPU rollout decodes one
+token of one request at a time (~25 ms per token with this vocabulary), so long responses would cost the run
+hours. Per step, one micro-batch of ``m`` sequences in the update and in the log-prob pass
+(``--micro-batches``, default 2 and 8: ~2k and ~8k tokens per micro-batch).
 
 Heads (verl's own switches; the recipes' is ``edge_tiled``):
 - ``eager``: verl's model forward, the (tokens, vocabulary) logits materialised, autograd over them;
@@ -20,7 +24,8 @@ the update's own peak (the largest over the steps). glibc's malloc keeps freed m
 heap once its dynamic mmap threshold has grown, so the resident peak would depend on the order of frees; the
 script fixes the threshold (``MALLOC_MMAP_THRESHOLD_``), so every block of 64 KiB or more is mapped on
 allocation and returned when freed, and the peak follows the tensors alive at once. The step time is verl's
-``timing_s/step``, median over the steps after the first.
+``timing_s/step``, median over the steps after the first, and the update's ``timing_s/update_actor`` beside it
+(a step here is mostly the rollout's decoding, which no head changes).
 
     .venv/bin/python scripts/bench_memory.py --out runs/bench_memory
 
@@ -44,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, without install
 
 from edge_verl import names  # noqa: E402
-from edge_verl.integration.cpu.overrides import PEAK_PER_PASS_ENV  # noqa: E402
+from edge_verl.integration.cpu.overrides import CPU_ISA_ENV, PEAK_PER_PASS_ENV  # noqa: E402
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe, run_demo, trained_steps  # noqa: E402
 
 QWEN25_VOCAB = 151936
@@ -65,8 +70,11 @@ HEADS = {
 }
 UPDATE_PEAK = "actor/perf/max_memory_allocated_gb"
 # glibc: a fixed mmap threshold (setting it turns the dynamic one off): blocks >= 64 KiB are mapped and unmapped
-RUN_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", PEAK_PER_PASS_ENV: "1"}
-GIB = 1024**3
+# and the machine's own kernels (not the AVX2 path CPU runs pin for reproducible numbers: without AVX512's bfloat16
+# instructions the bf16 matmuls of the update ran 6x slower on this benchmark's Zen 4 machine)
+RUN_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", PEAK_PER_PASS_ENV: "1", CPU_ISA_ENV: "native"}
+# the chat template and the task's question around the filler, in byte-level tokens (about)
+PROMPT_TEMPLATE_TOKENS = 48
 
 
 def update_peak_gb(rows: list[dict]) -> float:
@@ -100,7 +108,7 @@ def table(results: dict) -> list[str]:
     eager GRPO's."""
     budgets = sorted({cell["micro_batch"] for cell in results.values()})
     lines = ["| tokens / micro-batch | head | method | update peak GiB | × grpo, same head | × eager grpo | MiB / token "
-             "| step s | step × eager grpo |", "|---|---|---|---|---|---|---|---|---|"]
+             "| step s | step × eager grpo | update s | update × eager grpo |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for budget in budgets:
         cells = {(c["head"], c["method"]): c for c in results.values() if c["micro_batch"] == budget}
         eager_grpo = cells.get(("eager", "grpo"))
@@ -111,7 +119,8 @@ def table(results: dict) -> list[str]:
                 f"| {cell['tokens_per_micro_batch']:.0f} | {head} | {method} | {cell['peak_gb']:.2f} "
                 f"| {_ratio(cell['peak_gb'], same and same['peak_gb'])} | {_ratio(cell['peak_gb'], eager_grpo and eager_grpo['peak_gb'])} "
                 f"| {'-' if slope is None else f'{slope:.3f}'} | {cell['step_s']:.1f} "
-                f"| {_ratio(cell['step_s'], eager_grpo and eager_grpo['step_s'])} |"
+                f"| {_ratio(cell['step_s'], eager_grpo and eager_grpo['step_s'])} | {cell['update_s']:.1f} "
+                f"| {_ratio(cell['update_s'], eager_grpo and eager_grpo['update_s'])} |"
             )
     return lines
 
@@ -131,8 +140,9 @@ def _slope(results: dict, head: str, method: str) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sample-tokens", type=int, default=1024, help="sampled response cap (the reference's 1024)")
-    parser.add_argument("--continuation-tokens", type=int, default=256, help="GEC's regenerated continuation (the reference's 256)")
+    parser.add_argument("--sequence-tokens", type=int, default=1024, help="prompt + response tokens per sequence (filler fills the prompt)")
+    parser.add_argument("--sample-tokens", type=int, default=64, help="sampled response cap")
+    parser.add_argument("--continuation-tokens", type=int, default=64, help="GEC's regenerated continuation")
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[2, 8], help="sequences per micro-batch: the budgets")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -165,7 +175,7 @@ def main() -> int:
                     model_dir=args.out / "model", prompts_per_step=prompts, responses_per_prompt=responses,
                     updates_per_step=1, loss_agg_mode="seq-mean-token-mean", temperature=0.6, warm_start_steps=0,
                     sample_tokens=args.sample_tokens, continuation_tokens=args.continuation_tokens,
-                    vocab_multiple=QWEN25_VOCAB,
+                    vocab_multiple=QWEN25_VOCAB, prompt_filler=max(0, args.sequence_tokens - args.sample_tokens - PROMPT_TEMPLATE_TOKENS),
                     extra_overrides=[f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch}",
                                      f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
                                      *HEADS[head]],
@@ -187,7 +197,8 @@ def main() -> int:
                 }
                 results_file.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1))
     print(f"\nThe actor update's own peak and the step time (vocab {QWEN25_VOCAB}, hidden 64; samples up to "
-          f"{args.sample_tokens} tokens, GEC + {args.continuation_tokens}; one micro-batch per pass; {args.steps} steps)")
+          f"{args.sample_tokens} tokens after a filled prompt, {args.sequence_tokens} a sequence; GEC + {args.continuation_tokens}; "
+          f"one micro-batch per pass; {args.steps} steps)")
     print("\n".join(table(results)))
     return 0
 

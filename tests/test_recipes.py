@@ -174,3 +174,19 @@ def test_a_gec_recipe_given_only_the_response_length_keeps_it_and_gives_the_firs
     values = _values(next(recipe for recipe in RECIPES if recipe.file_name == "run_edge_qwen2.5-math-7b_fsdp.sh"),
                      MAX_RESPONSE_LENGTH="2000")
     assert values["data.max_response_length"] == "2000" and values["algorithm.edge_gec.first_sample_tokens"] == "1712"
+
+
+def test_every_fsdp_recipe_runs_one_policy_head_the_tiled_one_unless_the_user_picks_another():
+    # the same head for every row of a table (GRPO, EDA, EDGE, the ablations): a comparison stays a comparison
+    fsdp = [recipe for recipe in PPO if recipe.backend == "fsdp"]
+    assert fsdp
+    for recipe in fsdp:
+        values = _values(recipe)
+        assert values["actor_rollout_ref.model.use_fused_kernels"] == "True", recipe.file_name
+        assert values["actor_rollout_ref.model.fused_kernel_options.impl_backend"] == "edge_tiled", recipe.file_name
+    chosen = _values(fsdp[0], LOGPROB_HEAD="triton")
+    assert chosen["actor_rollout_ref.model.fused_kernel_options.impl_backend"] == "triton"
+    assert _values(fsdp[0], USE_FUSED_KERNELS="False")["actor_rollout_ref.model.use_fused_kernels"] == "False"
+    # Megatron's engine builds its own head (docs/performance.md): its recipes set neither key
+    megatron = next(recipe for recipe in PPO if recipe.backend == "megatron")
+    assert "actor_rollout_ref.model.use_fused_kernels" not in _values(megatron)

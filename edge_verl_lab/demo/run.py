@@ -103,6 +103,10 @@ class DemoConfig:
     warm_start_correct_fraction: float | None = None
     save_freq: int = -1
     resume: bool = False
+    # Characters (one byte-level token each) of filler prepended to every training prompt: long sequences
+    # without generating them (scripts/bench_memory.py: the head's memory per token is the same for a prompt
+    # token as for a response token, and the CPU rollout decodes one token at a time). 0: the task's prompts.
+    prompt_filler: int = 0
     # Pad the tiny model's vocabulary (259 tokens) to a multiple of this: Megatron's tensor parallel
     # splits the embedding rows evenly over its ranks. 1 = unpadded (the demo's model).
     vocab_multiple: int = 1
@@ -155,6 +159,8 @@ class DemoConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        if isinstance(self.prompt_filler, bool) or not isinstance(self.prompt_filler, int) or self.prompt_filler < 0:
+            raise ValueError(f"prompt_filler={self.prompt_filler!r} must be an integer >= 0")
         if self.prompts_per_step % self.updates_per_step:
             raise ValueError(f"updates_per_step={self.updates_per_step} must divide prompts_per_step={self.prompts_per_step}: "
                              "each optimizer update takes an equal share of the step's prompts (verl's ppo_mini_batch_size)")
@@ -241,16 +247,19 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     model_dir = build_warm_model(model_recipe(config), config.model_dir or config.out / "model")
     data_dir = config.out / "data"
     method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
-    train = task.write_parquet(
-        task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name),
-        method.train_file(data_dir / "train.parquet"),
-    )
+    rows = task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name)
+    for row in rows:
+        row["prompt"][0]["content"] = PROMPT_FILLER[: config.prompt_filler] + row["prompt"][0]["content"]
+    train = task.write_parquet(rows, method.train_file(data_dir / "train.parquet"))
     val = task.write_parquet(task.training_rows(the_task, 32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
     inputs = {"model": model_dir, "train": train, "val": val}
     for split in task.VALIDATION_SPLITS:
         inputs[f"val_{split}"] = task.write_parquet(task.validation_rows(the_task, split), data_dir / f"val_{split}.parquet")
     return inputs
 
+
+# DemoConfig.prompt_filler's text: digits and spaces, one byte-level token per character.
+PROMPT_FILLER = "0123456789 " * 4096
 
 # A sampled answer is capped at the task's ``sample_tokens`` (pair: 16 for ~11-token answers of the byte-level
 # model; reflect: room for an answer, the reflection phrase and a second answer), GEC's first sample too; a
@@ -291,7 +300,7 @@ def training_overrides(config: DemoConfig) -> dict[str, str]:
         "actor_rollout_ref.actor.use_kl_loss": "False",
         "algorithm.use_kl_in_reward": "False",
         "actor_rollout_ref.actor.entropy_coeff": "0",
-        "data.max_prompt_length": "64",
+        "data.max_prompt_length": str(64 + config.prompt_filler),
         "data.max_response_length": str(response_length(config)),
         "trainer.total_training_steps": str(config.steps),
     }

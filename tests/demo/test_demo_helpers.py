@@ -65,6 +65,21 @@ def test_a_gec_demo_trains_on_gec_rows_in_the_gec_file_variant(tmp_path):
     assert prepare_inputs(DemoConfig(algorithm="grpo", out=tmp_path, warm_start_steps=1))["train"] == tmp_path / "data" / "train.parquet"
 
 
+def test_a_prompt_filler_lengthens_every_training_prompt_and_the_prompt_budget_by_its_characters(tmp_path):
+    import pandas as pd
+
+    with pytest.raises(ValueError, match="prompt_filler=-1 must be an integer >= 0"):
+        DemoConfig(prompt_filler=-1)
+    plain = prepare_inputs(DemoConfig(algorithm="grpo", out=tmp_path / "plain", model_dir=tmp_path / "m", warm_start_steps=1))
+    filled_config = DemoConfig(algorithm="grpo", out=tmp_path / "filled", model_dir=tmp_path / "m", warm_start_steps=1, prompt_filler=900)
+    filled = prepare_inputs(filled_config)
+    before, after = (pd.read_parquet(inputs["train"])["prompt"] for inputs in (plain, filled))
+    # the same rows (same seed), each user message 900 characters (= byte-level tokens) longer, ending as before
+    assert [len(b[0]["content"]) + 900 for b in before] == [len(a[0]["content"]) for a in after]
+    assert all(a[0]["content"].endswith(b[0]["content"]) for a, b in zip(after, before))
+    assert "data.max_prompt_length=964" in build_overrides(filled_config, filled)  # 64 + 900
+
+
 def test_rows_carry_answer_and_solution_for_gec():
     rows = task.make_rows(5, seed=0, split="train")
     assert all(row["extra_info"]["answer"] == row["reward_model"]["ground_truth"] for row in rows)
