@@ -63,3 +63,24 @@ def test_the_table_gives_ratios_to_grpo_on_the_same_head_and_to_eager_grpo_and_t
     # slope (1.1 - 1.05) * 1024 / 6144 = 0.008 MiB per token; step 34.5 / 30 = 1.15
     cells = [part.strip() for part in rows[("8192", "edge_tiled", "eda gradient")].strip("|").split("|")]
     assert cells[3:] == ["1.10", "1.10", "0.22", "0.008", "34.5", "1.15", "17.2", "1.15"]
+
+
+RESULT = SCRIPT.parents[1] / "docs" / "benchmarks" / "bench_memory.json"
+
+
+def test_the_published_table_is_the_committed_runs_and_the_tiled_head_gives_eda_grpos_memory(bench):
+    import json
+
+    results = json.loads(RESULT.read_text())["results"]
+    page = (SCRIPT.parents[1] / "docs" / "performance.md").read_text()
+    assert "\n".join(bench.table(results)) in page  # docs/performance.md prints this run's table, as it is
+    assert len(results) == len(bench.METHODS) * len(bench.HEADS) * 2
+
+    def cell(micro_batch, head, method):
+        return next(c for c in results.values() if (c["micro_batch"], c["head"], c["method"]) == (micro_batch, head, method))
+
+    for micro_batch in (2, 8):  # issue 59's acceptance, at both budgets of the one run
+        tiled, eager_grpo = cell(micro_batch, "edge_tiled", "eda gradient"), cell(micro_batch, "eager", "grpo")
+        assert tiled["peak_gb"] <= 1.05 * cell(micro_batch, "edge_tiled", "grpo")["peak_gb"]
+        assert tiled["peak_gb"] <= eager_grpo["peak_gb"]
+        assert tiled["step_s"] <= 1.15 * eager_grpo["step_s"]
