@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from edge_verl import names  # noqa: E402
 from edge_verl.integration.cpu.overrides import CPU_ISA_ENV, PEAK_PER_PASS_ENV  # noqa: E402
-from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe, run_demo, trained_steps  # noqa: E402
+from edge_verl_lab.demo.run import DemoConfig, run_demo, trained_steps  # noqa: E402
 
 QWEN25_VOCAB = 151936
 # label -> (demo algorithm, EDA form)
@@ -71,7 +71,7 @@ HEADS = {
 UPDATE_PEAK = "actor/perf/max_memory_allocated_gb"
 # glibc: a fixed mmap threshold (setting it turns the dynamic one off): blocks >= 64 KiB are mapped and unmapped
 # and the machine's own kernels (not the AVX2 path CPU runs pin for reproducible numbers: without AVX512's bfloat16
-# instructions the bf16 matmuls of the update ran 6x slower on this benchmark's Zen 4 machine)
+# instructions the bf16 matmuls of the update ran ~9x slower on this benchmark's Zen 4 machine: 33 s against 3.6 s)
 RUN_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", PEAK_PER_PASS_ENV: "1", CPU_ISA_ENV: "native"}
 # the chat template and the task's question around the filler, in byte-level tokens (about)
 PROMPT_TEMPLATE_TOKENS = 48
@@ -104,8 +104,8 @@ def shape(micro_batch: int) -> tuple[int, int]:
 
 def table(results: dict) -> list[str]:
     """Markdown rows: per budget, head and method, the update's peak, its ratios to GRPO on the same head and to
-    eager GRPO, the MiB per micro-batch token (the slope between the two budgets) and the step time's ratio to
-    eager GRPO's."""
+    eager GRPO, the MiB per micro-batch token (the slope between the two budgets), and the step and update times
+    with their ratios to eager GRPO's."""
     budgets = sorted({cell["micro_batch"] for cell in results.values()})
     lines = ["| tokens / micro-batch | head | method | update peak GiB | × grpo, same head | × eager grpo | MiB / token "
              "| step s | step × eager grpo | update s | update × eager grpo |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -180,7 +180,6 @@ def main() -> int:
                                      f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro_batch}",
                                      *HEADS[head]],
                 )
-                build_warm_model(model_recipe(config), config.model_dir)
                 result = run_demo(config, stream=sys.stderr)
                 if result["returncode"] != 0:
                     print(f"{name}: verl failed (exit {result['returncode']}), see {config.out / 'verl.log'}", file=sys.stderr)

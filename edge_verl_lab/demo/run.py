@@ -249,7 +249,7 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     method = get_method(config.algorithm)  # a GEC method's rows go to GEC's agent loop, in train_gec.parquet
     rows = task.training_rows(the_task, 4096, seed=config.seed, agent_name=method.agent_name)
     for row in rows:
-        row["prompt"][0]["content"] = PROMPT_FILLER[: config.prompt_filler] + row["prompt"][0]["content"]
+        row["prompt"][0]["content"] = prompt_filler(config.prompt_filler) + row["prompt"][0]["content"]
     train = task.write_parquet(rows, method.train_file(data_dir / "train.parquet"))
     val = task.write_parquet(task.training_rows(the_task, 32, seed=config.seed + 1, split="test"), data_dir / "val.parquet")
     inputs = {"model": model_dir, "train": train, "val": val}
@@ -258,8 +258,10 @@ def prepare_inputs(config: DemoConfig) -> dict[str, Path]:
     return inputs
 
 
-# DemoConfig.prompt_filler's text: digits and spaces, one byte-level token per character.
-PROMPT_FILLER = "0123456789 " * 4096
+def prompt_filler(characters: int) -> str:
+    """DemoConfig.prompt_filler's text: ``characters`` digits and spaces, one byte-level token each."""
+    pattern = "0123456789 "
+    return (pattern * (characters // len(pattern) + 1))[:characters]
 
 # A sampled answer is capped at the task's ``sample_tokens`` (pair: 16 for ~11-token answers of the byte-level
 # model; reflect: room for an answer, the reflection phrase and a second answer), GEC's first sample too; a
