@@ -3,7 +3,7 @@ at a filler value, so that a test sets by hand only the numbers it checks (the r
 lacks a metric its columns name: tests/test_study.py checks that refusal)."""
 
 from edge_verl.methods import get_method
-from edge_verl_lab.study.config import EDA_FORM_ROWS, method_of
+from edge_verl_lab.study.config import eda_form_of, method_of
 
 FILLER = 0.5
 # What every run of the study logs (verl's own and advantage_stats), and what GEC / EDA / GEPO runs add.
@@ -18,7 +18,7 @@ EDA_GRADIENT_FORM = ("actor/edge_eda/entropy_grad_share",)  # a study row runnin
 
 def logged_metrics(method: str) -> tuple[str, ...]:
     found = get_method(method_of(method))
-    gradient = EDA_GRADIENT_FORM if found.eda and method not in EDA_FORM_ROWS else ()
+    gradient = EDA_GRADIENT_FORM if found.eda and eda_form_of(method) == "gradient" else ()
     return COMMON + ESTIMATOR[found.estimator] + (GEC if found.gec else ()) + gradient
 
 

@@ -20,10 +20,16 @@ from edge_verl_lab.study.exact_eval import EvalConfig
 # alone, GEPO, EDGE (EDA + GEC) and GEC's placebo control. The other RL methods run by --methods (e.g. gec,
 # edge_masked, edge_sft_injected; docs/study.md gives each one's measured time per run).
 DEFAULT_METHODS = ("grpo", "eda", "gepo", "edge", "edge_placebo")
-# Study rows that are a method of edge_verl/methods.py in EDA's other form: the detached one (no entropy
-# gradient) tells whether a divergence of EDA's gradient form (the reference's, the default) comes from the
-# entropy gradient. Row name -> (method, eda_form).
-EDA_FORM_ROWS = {"eda_detached": ("eda", "detached"), "edge_detached": ("edge", "detached")}
+# Study rows that run a method of edge_verl/methods.py in another form: row -> (method, EDA's form, extra Hydra
+# overrides). The detached form (no entropy gradient) tells whether a divergence of EDA's gradient form (the
+# reference's, the default) comes from the entropy gradient; the clamped form bounds P_hat to [0.1, 10] (the
+# reference's first version) with the gradient form kept, so that eda - eda_clamped tells whether EDA's loss is
+# its unbounded advantages (|A| reached 2.5e6 with the 1e-6 entropy floor alone) or the entropy gradient itself.
+VARIANT_ROWS = {
+    "eda_detached": ("eda", "detached", ()),
+    "edge_detached": ("edge", "detached", ()),
+    "eda_clamped": ("eda", "gradient", ("+algorithm.edge_eda.ratio_clamp=[0.1,10.0]",)),
+}
 BASELINE = "grpo"
 # reflect: pair's problems, with a warm start whose weak reflection habit gives GEC something to correct
 # (edge_verl_lab/demo/task.py); 8 seeds: GEPO's effect on pair had a paired SD that needs about 8 to be seen.
@@ -32,6 +38,9 @@ DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
 IDENTITY_FILE = "study_run.json"
 DONE_FILE = "done.json"
 EVAL_FILE = "exact_eval.json"
+# Weights' digest (sha256 of the final weights' tensor files), in done.json: two trainings of one definition
+# compare number for number (the page's trained-twice check).
+WEIGHTS_DIGEST = "weights_sha256"
 # evaluation="exact": each seed's warm start measured as GRPO's first step samples it (study/calibrate.py): p0,
 # all-wrong groups, the reflection share and GEC's regenerate success, at the study's temperature and continuation.
 CALIBRATION_FILE = "calibration.json"
@@ -48,12 +57,22 @@ LEGACY_PROTOCOL = {"loss_agg_mode": "token-mean", "temperature": 1.0, "updates_p
                    "weight_decay": 0.01, "continuation_tokens": 64, "eval_temperature": 1.0}
 
 
-STUDY_METHODS = (*DEMO_METHODS, *EDA_FORM_ROWS)
+STUDY_METHODS = (*DEMO_METHODS, *VARIANT_ROWS)
 
 
 def method_of(row: str) -> str:
     """The edge_verl/methods.py method a study row runs (``eda_detached`` -> ``eda``)."""
-    return EDA_FORM_ROWS.get(row, (row, None))[0]
+    return VARIANT_ROWS.get(row, (row,))[0]
+
+
+def eda_form_of(row: str) -> str:
+    """EDA's form in study row ``row`` (a method's own row runs the gradient form, the reference's)."""
+    return VARIANT_ROWS.get(row, (row, "gradient"))[1]
+
+
+def row_overrides(row: str) -> tuple[str, ...]:
+    """The Hydra overrides study row ``row`` adds to its method's."""
+    return VARIANT_ROWS.get(row, (row, "gradient", ()))[2]
 
 
 class StudyError(RuntimeError):
@@ -113,7 +132,7 @@ class StudyConfig:
         if not self.methods:
             raise ValueError("methods: name at least one method")
         for method in self.methods:
-            if method not in EDA_FORM_ROWS and (get_method(method).estimator is None or method not in DEMO_METHODS):
+            if method not in VARIANT_ROWS and (get_method(method).estimator is None or method not in DEMO_METHODS):
                 raise ValueError(f"method {method!r} is not an RL method the study can run; allowed: {', '.join(STUDY_METHODS)}")
         for values, name in ((self.methods, "methods"), (self.seeds, "seeds")):
             if len(set(values)) != len(values):
@@ -160,9 +179,24 @@ class StudyConfig:
     def run_folder(self, method: str, seed: int) -> Path:
         return self.out / "runs" / self.run_name(method, seed)
 
-    def eval_config(self) -> EvalConfig:
-        return EvalConfig(max_new_tokens=self.eval_max_new_tokens, samples=self.eval_samples, temperature=self.eval_temperature,
-                          seed=self.eval_seed)
+    def eval_config(self, max_new_tokens: Optional[int] = None) -> EvalConfig:
+        """The evaluation's config, under the common cap or under ``max_new_tokens`` (a method's trained length)."""
+        return EvalConfig(max_new_tokens=max_new_tokens or self.eval_max_new_tokens, samples=self.eval_samples,
+                          temperature=self.eval_temperature, seed=self.eval_seed)
+
+    def trained_length(self, method: str) -> int:
+        """The response cap study row ``method`` trains with (``data.max_response_length``)."""
+        return response_length(self.demo_config(method, self.seeds[0]))
+
+    def own_length(self, method: str) -> Optional[int]:
+        """evaluation="exact": the trained length at which row ``method`` is evaluated besides the common cap
+        (None when they are equal): what it learned to write within its own budget, and what the cap adds."""
+        length = self.trained_length(method)
+        return None if length == self.eval_max_new_tokens else length
+
+    def own_lengths(self) -> list[int]:
+        """Every trained length of the study's rows other than the cap (each seed's step-0 model is evaluated at each)."""
+        return sorted({length for method in self.methods if (length := self.own_length(method)) is not None})
 
     def longest_response(self) -> int:
         """The longest ``data.max_response_length`` among the study's methods (a GEC method's corrections)."""
@@ -174,10 +208,9 @@ class StudyConfig:
 
     def demo_config(self, method: str, seed: int) -> DemoConfig:
         exact = self.evaluation == "exact"
-        algorithm, eda_form = EDA_FORM_ROWS.get(method, (method, "gradient"))
         return DemoConfig(
-            algorithm=algorithm,
-            eda_form=eda_form,
+            algorithm=method_of(method),
+            eda_form=eda_form_of(method),
             task=self.task,
             steps=self.steps,
             trainer=self.trainer,
@@ -193,7 +226,7 @@ class StudyConfig:
             test_freq=self.steps if self.test_freq is None else self.test_freq,
             val_samples=self.val_samples,
             val_temperature=self.val_temperature,
-            extra_overrides=list(self.extra_overrides),
+            extra_overrides=[*row_overrides(method), *self.extra_overrides],
             **{name: getattr(self, name) for name in PROTOCOL_FIELDS},  # DemoConfig's fields of the same names
         )
 
@@ -225,6 +258,11 @@ class StudyConfig:
         data = asdict(self)
         data.update(out=str(self.out), methods=list(self.methods), seeds=list(self.seeds), extra_overrides=list(self.extra_overrides))
         return data
+
+
+def eval_file(length: Optional[int] = None) -> str:
+    """The evaluation file under the common cap (``length`` None) or at a trained length."""
+    return EVAL_FILE if length is None else f"exact_eval_len{length}.json"
 
 
 def run_state(config: StudyConfig, method: str, seed: int) -> str:

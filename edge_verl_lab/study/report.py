@@ -36,12 +36,13 @@ from edge_verl_lab.study.config import (
     BASELINE,
     CALIBRATION_FILE,
     DONE_FILE,
-    EDA_FORM_ROWS,
     EVAL_FILE,
     IDENTITY_FILE,
     LEGACY_PROTOCOL,
     StudyConfig,
     StudyError,
+    eda_form_of,
+    eval_file,
     method_of,
     plan,
 )
@@ -97,13 +98,13 @@ class Column:
     # evaluation="exact": the statistic of edge_verl_lab/study/exact_eval.py (greedy_acc, sampled_acc, gold_prob)
     # on ``split``, of the final weights (``final``) or of the seed's step-0 model.
     exact: Optional[str] = None
-    # Only for rows that run EDA in this form (EDA_FORM_ROWS; a method's own rows run the gradient form).
+    # Only for rows that run EDA in this form (config.eda_form_of: a method's own rows run the gradient form).
     eda_form: Optional[str] = None
 
     def metric_for(self, method: str) -> Optional[str]:
         """The one metric this column reads in a run of study row ``method`` (None: the column does not apply)."""
         found = get_method(method_of(method))
-        if self.eda_form is not None and (not found.eda or EDA_FORM_ROWS.get(method, (method, "gradient"))[1] != self.eda_form):
+        if self.eda_form is not None and (not found.eda or eda_form_of(method) != self.eda_form):
             return None
         if found.gec and self.gec is not None:
             return self.gec
@@ -773,12 +774,12 @@ def export(config: StudyConfig, destination: Path) -> dict:
             continue
         target = moved.run_folder(method, seed)
         target.mkdir(parents=True, exist_ok=True)
-        for name in EXPORTED_FILES:
+        for name in (*EXPORTED_FILES, *(eval_file(length) for length in config.own_lengths())):
             source = config.run_folder(method, seed) / name
             if source.exists():
                 shutil.copyfile(source, target / name)
-    for seed in config.seeds:  # exact evaluation: each seed's step-0 evaluation and calibration (not its model)
-        for name in (EVAL_FILE, CALIBRATION_FILE):
+    for seed in config.seeds:  # exact evaluation: each seed's step-0 evaluations and calibration (not its model)
+        for name in (EVAL_FILE, CALIBRATION_FILE, *(eval_file(length) for length in config.own_lengths())):
             source = config.seed_model_folder(seed) / name
             if source.exists():
                 moved.seed_model_folder(seed).mkdir(parents=True, exist_ok=True)

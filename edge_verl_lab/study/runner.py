@@ -27,6 +27,7 @@ training-data order, so methods are compared seed by seed (paired).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -48,13 +49,15 @@ from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study'
     DEFAULT_SEEDS,
     DEFAULT_TASK,
     DONE_FILE,
-    EDA_FORM_ROWS,
+    VARIANT_ROWS,
     EVAL_FILE,
     EVALUATIONS,
     IDENTITY_FILE,
     STUDY_METHODS,
+    WEIGHTS_DIGEST,
     StudyConfig,
     StudyError,
+    eval_file,
     method_of,
     plan,
     run_state,
@@ -67,8 +70,10 @@ TRAIN_STAGE = "train"
 
 
 def _clear_partial(folder: Path) -> None:
-    for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE, EVAL_FILE, stage_file(folder, TRAIN_STAGE).name):
+    for name in ("verl_metrics.jsonl", "metrics.jsonl", "metrics.png", DONE_FILE, stage_file(folder, TRAIN_STAGE).name):
         (folder / name).unlink(missing_ok=True)
+    for evaluation in folder.glob("exact_eval*.json"):
+        evaluation.unlink()
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)  # no checkpoint to resume from: what is left is partial
 
 
@@ -78,40 +83,64 @@ def evaluation_problems(config: StudyConfig) -> dict[str, list[tuple[str, str]]]
     return {split: [(q, a) for q, a, _ in chosen] for split, chosen in (("seen", task.seen_problems()), ("heldout", task.heldout_problems))}
 
 
-def evaluation_is_current(config: StudyConfig, out_file: Path) -> bool:
-    """Whether ``out_file`` holds this study's evaluation: its config and, per split, the same problems."""
+def evaluation_is_current(config: StudyConfig, out_file: Path, length: Optional[int] = None) -> bool:
+    """Whether ``out_file`` holds this study's evaluation (under the cap, or at ``length``): its config and, per
+    split, the same problems."""
     from edge_verl_lab.study.exact_eval import problems_digest
 
     recorded = read_record(out_file)
     wanted = {split: problems_digest(problems) for split, problems in evaluation_problems(config).items()}
     return recorded is not None and set(recorded) == set(wanted) and all(
-        recorded[split]["config"] == config.eval_config().as_dict() and recorded[split].get("problems_sha256") == digest
+        recorded[split]["config"] == config.eval_config(length).as_dict() and recorded[split].get("problems_sha256") == digest
         for split, digest in wanted.items())
 
 
-def evaluate_model(config: StudyConfig, model_dir: Path, out_file: Path) -> dict:
-    """evaluation="exact": ``exact_eval`` of ``model_dir`` on the task's seen and held-out problems, written
-    to ``out_file`` as {split: result}."""
+def evaluate_model(config: StudyConfig, model_dir: Path, out_file: Path, length: Optional[int] = None) -> dict:
+    """evaluation="exact": ``exact_eval`` of ``model_dir`` on the task's seen and held-out problems (under the
+    common cap, or capped at ``length``), written to ``out_file`` as {split: result}."""
     from edge_verl_lab.study.exact_eval import evaluate_problems
 
     task = tasks.get_task(config.task)
-    result = {split: evaluate_problems(model_dir, problems, config.eval_config(), task.data_source)
+    result = {split: evaluate_problems(model_dir, problems, config.eval_config(length), task.data_source)
               for split, problems in evaluation_problems(config).items()}
     out_file.write_text(json.dumps(result) + "\n")
     return result
+
+
+def evaluate_lengths(config: StudyConfig, model_dir: Path, folder: Path, lengths: list[Optional[int]]) -> bool:
+    """Evaluate ``model_dir`` under each of ``lengths`` (None: the common cap) whose file in ``folder`` is not
+    this study's. Returns whether it evaluated any."""
+    stale = [length for length in lengths if not evaluation_is_current(config, folder / eval_file(length), length)]
+    for length in stale:
+        evaluate_model(config, model_dir, folder / eval_file(length), length)
+    return bool(stale)
+
+
+def weights_digest(weights: Path) -> str:
+    """sha256 over the final weights' tensor files (name and bytes, in name order): equal for equal weights."""
+    digest = hashlib.sha256()
+    files = sorted(weights.glob("*.safetensors")) or sorted(weights.glob("*.bin"))
+    if not files:
+        raise StudyError(f"{weights} holds no weight file")
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
     """evaluation="exact", a finished run: evaluate its final weights again when its evaluation file is not this
     study's (another split or evaluation config; the training is not redone). Returns whether it did."""
     folder = config.run_folder(method, seed)
-    if evaluation_is_current(config, folder / EVAL_FILE):
+    lengths = [None, config.own_length(method)] if config.own_length(method) else [None]
+    if all(evaluation_is_current(config, folder / eval_file(length), length) for length in lengths):
         return False
     weights = final_weights(config.demo_config(method, seed))
     if not weights.is_dir():
         raise StudyError(f"run {config.run_name(method, seed)}: its evaluation is stale and its final weights ({weights}) are gone")
-    evaluate_model(config, weights, folder / EVAL_FILE)
-    return True
+    return evaluate_lengths(config, weights, folder, lengths)
 
 
 def prepare_seed(config: StudyConfig, seed: int) -> Path:
@@ -119,8 +148,7 @@ def prepare_seed(config: StudyConfig, seed: int) -> Path:
     calibration (``CALIBRATION_FILE``), each done once (again when its file is another config's)."""
     probe = config.demo_config(config.methods[0], seed)
     folder = build_warm_model(model_recipe(probe), config.seed_model_folder(seed))
-    if not evaluation_is_current(config, folder / EVAL_FILE):
-        evaluate_model(config, folder, folder / EVAL_FILE)
+    evaluate_lengths(config, folder, folder, [None, *config.own_lengths()])
     calibration = read_record(folder / CALIBRATION_FILE)
     if calibration is None or calibration["config"] != calibration_config(config.temperature, config.continuation_tokens):
         write_record(folder / CALIBRATION_FILE, seed_calibration(folder, config.task, config.temperature, config.continuation_tokens), indent=1)
@@ -170,8 +198,12 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO, ray_add
         if not weights.is_dir():
             raise StudyError(f"run {config.run_name(method, seed)} saved no final weights at {weights}")
         evaluate_model(config, weights, folder / EVAL_FILE)
+        if config.own_length(method) is not None:
+            evaluate_model(config, weights, folder / eval_file(config.own_length(method)), config.own_length(method))
     # the training's time and the commit that trained it (what the report states); finished: after the evaluation
     done = {"seconds": trained["seconds"], "finished": now(), "commit": trained.get("commit"), "modified": trained.get("modified")}
+    if config.evaluation == "exact":
+        done[WEIGHTS_DIGEST] = weights_digest(weights)
     return write_record(folder / DONE_FILE, done)
 
 
