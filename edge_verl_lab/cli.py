@@ -100,6 +100,9 @@ def _add_study_parser(commands, trainers) -> None:
     study.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
                        help=f"runs training at a time, all on one Ray cluster (default {DEFAULT_JOBS}: two runs fill 2 cores that one "
                        "leaves half idle; the results do not depend on it)")
+    study.add_argument("--twice", type=int, default=None, metavar="SEED",
+                       help="train every method of SEED again under OUT/twice (the same definitions), then the report, which "
+                       "compares each with its run number for number: is a run a function of its command")
     study.add_argument("--dry-run", action="store_true", help="list the runs and whether each is done; run nothing")
     study.add_argument("--report-only", action="store_true", help="write the report of the finished runs; run nothing")
     study.add_argument("--export", type=Path, default=None, metavar="DIR",
@@ -136,6 +139,9 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from edge_verl_lab.study.checks import TWICE_FOLDER
     from edge_verl_lab.study.report import export, write_report
     from edge_verl_lab.study.runner import StudyConfig, StudyError, plan, run_study
 
@@ -158,6 +164,13 @@ def _study(args: argparse.Namespace) -> int:
             plan(config)  # refuses folders of another study before reading them
             write_report(config)
             print(f"report: {config.out / 'report.md'}")
+        elif args.twice is not None:
+            if args.twice not in config.seeds:
+                raise ValueError(f"--twice {args.twice}: not one of the study's seeds {list(config.seeds)}")
+            run_study(replace(config, seeds=(args.twice,), out=config.out / TWICE_FOLDER), dry_run=args.dry_run, jobs=args.jobs)
+            if not args.dry_run:
+                write_report(config)
+                print(f"report: {config.out / 'report.md'}")
         else:
             run_study(config, dry_run=args.dry_run, jobs=args.jobs)
     except (ValueError, StudyError) as error:

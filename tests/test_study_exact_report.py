@@ -21,9 +21,11 @@ def _evaluation(config, sampled, greedy=0.5, gold=0.2):
     return {"seen": dict(result, sampled_acc=sampled + 0.01), "heldout": result}
 
 
-def _write_study(tmp_path, final_sampled, reward_late, steps=4):
-    """final_sampled / reward_late: (method, seed) -> held-out sampled accuracy / late sampled reward."""
-    config = StudyConfig(task="pair", methods=("grpo", "edge", "gepo"), seeds=(1, 2, 3), steps=steps, evaluation="exact", out=tmp_path)
+def _write_study(tmp_path, final_sampled, reward_late, steps=4, **options):
+    """final_sampled / reward_late: (method, seed) -> held-out sampled accuracy / late sampled reward; ``options``:
+    other StudyConfig fields."""
+    config = StudyConfig(task="pair", methods=("grpo", "edge", "gepo"), seeds=(1, 2, 3), steps=steps, evaluation="exact", out=tmp_path,
+                         **options)
     for seed in config.seeds:
         folder = config.seed_model_folder(seed)
         folder.mkdir(parents=True)

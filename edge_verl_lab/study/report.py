@@ -46,6 +46,8 @@ from edge_verl_lab.study.config import (
     method_of,
     plan,
 )
+from edge_verl_lab.study import checks
+from edge_verl_lab.study.checks import ADVANTAGE_EXTREMES, GRAD_NORM
 from edge_verl_lab.study.mixture import part_markdown, part_summary, part_values
 from edge_verl_lab.study.protocol import deviation_table
 from edge_verl_lab.study.verdict import CONTRAST_HEADER, GATE_MARGIN, baseline_gate, contrast_cells, contrasts, verdict_text
@@ -250,6 +252,11 @@ def run_values(records: Sequence[dict], task: tasks.Task, steps: int, method: st
 # step by step, what each method logs of its stability: entropy, |advantage|, EDA's entropy ratio, the
 # gradient norm.
 DIVERGED_ENTROPY = 1.0
+# ... or where |advantage| or the gradient norm before clipping passes these: a std-normalised group advantage of
+# G = 8 is at most (G - 1) / sqrt(G - 1) = 2.65 and EDA's with P_hat clamped to [0.1, 10] at most 26.5, so past 100
+# one response's advantage is the step (EDA's 1e-6 entropy floor reached 2.5e6); GRPO's norm stayed below 1.
+DIVERGED_ADVANTAGE = 100.0
+DIVERGED_GRAD_NORM = 100.0
 STABILITY = (
     ("entropy", None),  # the run's sampled-entropy metric (Column entropy_sampled)
     ("|adv| p99", "edge_verl/edge_eda/abs_adv_p99"),
@@ -272,6 +279,10 @@ def divergence(records: Sequence[dict], method: str) -> Optional[dict]:
             found = (row["step"], f"not finite: {', '.join(bad[:3])}")
         elif row.get(entropy_metric) is not None and float(row[entropy_metric]) > DIVERGED_ENTROPY:
             found = (row["step"], f"{entropy_metric} {float(row[entropy_metric]):.3f} > {DIVERGED_ENTROPY}")
+        elif (extreme := max((abs(float(row[key])) for key in ADVANTAGE_EXTREMES if row.get(key) is not None), default=0.0)) > DIVERGED_ADVANTAGE:
+            found = (row["step"], f"|advantage| {extreme:.3g} > {DIVERGED_ADVANTAGE:g}")
+        elif row.get(GRAD_NORM) is not None and float(row[GRAD_NORM]) > DIVERGED_GRAD_NORM:
+            found = (row["step"], f"{GRAD_NORM} {float(row[GRAD_NORM]):.3g} > {DIVERGED_GRAD_NORM:g}")
         if found:
             break
     if found is None:
@@ -351,6 +362,11 @@ def summarize(config: StudyConfig, published_from: Optional[str] = None, records
     extra = {} if config.evaluation != "exact" else {**exact_verdicts(config, runs, methods), **completion_summary(config, runs, final_heldout),
                                                      "calibration": seed_calibrations(config)}
     extra["mechanisms"] = mechanism_summary(config, runs, records)
+    extra["clipping"] = checks.clipping(config, runs, records)
+    if config.evaluation == "exact":
+        primary = extra["contrasts"]["primary"]
+        extra.update(lengths=checks.lengths(config), twice=checks.twice(config), power=checks.power_of(primary),
+                     lr_sensitivity=checks.lr_sensitivity(config, primary, summarize))
     return {
         **extra,
         "protocol": deviation_table(config),
@@ -592,6 +608,8 @@ def report_markdown(report: dict) -> str:
                                 [[method, *(difference_text(found["vs_baseline"].get(key), _BY_KEY[key].digits) for key in columns)]
                                  for method, found in compared])
     lines += _divergence_lines(report)
+    lines += ["", *checks.markdown(report)]
+    lines += _invocation_lines(report)
     lines += ["", "### Per seed", ""]
     per_seed = [[name, *(f"{run['values'][key]:.{_BY_KEY[key].digits}f}" if key in run["values"] else "-" for key in keys),
                  f"[metrics]({run['metrics_file']})"] for name, run in report["runs"].items()]
@@ -639,7 +657,8 @@ def _completion_lines(report: dict) -> list[str]:
 def _divergence_lines(report: dict) -> list[str]:
     """Which runs diverged, at which step and why, and each one's stability statistics step by step."""
     diverged = {name: run["diverged"] for name, run in report["runs"].items() if run.get("diverged")}
-    rule = (f"a run diverges at the first step whose sampled entropy exceeds {DIVERGED_ENTROPY:g} nats per token "
+    rule = (f"a run diverges at the first step whose sampled entropy exceeds {DIVERGED_ENTROPY:g} nats per token, "
+            f"whose |advantage| exceeds {DIVERGED_ADVANTAGE:g}, whose gradient norm before clipping exceeds {DIVERGED_GRAD_NORM:g}, "
             "or whose statistics are not finite")
     lines = ["", "### Diverged runs", ""]
     if not diverged:
@@ -654,6 +673,39 @@ def _divergence_lines(report: dict) -> list[str]:
                                                                for label in labels)] for step in steps])
         lines += [""]
     return lines
+
+
+def _invocation_lines(report: dict) -> list[str]:
+    """Every invocation of ``edge-verl study`` that trained or evaluated this page's runs, in order."""
+    invocations = report.get("invocations")
+    if not invocations:
+        return []
+    lines = ["### Invocations", "", f"Every `edge-verl study` that trained or evaluated a run of this page ({INVOCATIONS_FILE}), in order.", ""]
+    lines += markdown_table(["#", "finished", "commit", "runs at a time", "minutes", "trained", "evaluated again"],
+                            [[str(number), str(record.get("finished", "-")), f"{str(record.get('commit'))[:7]}{' (modified)' if record.get('modified') else ''}",
+                              str(record.get("jobs", "-")), f"{record['seconds'] / 60:.1f}", _runs_text(record.get("trained", [])),
+                              _runs_text(record.get("evaluated_again", []))] for number, record in enumerate(invocations, 1)])
+    return lines + [""]
+
+
+def _runs_text(names: Sequence[str]) -> str:
+    """run names grouped by row: "grpo seeds 1-8, eda seeds 1-8"; "-" for none."""
+    if not names:
+        return "-"
+    by_row: dict[str, list[int]] = {}
+    for name in names:
+        row, _, seed = name.rpartition("_seed")
+        by_row.setdefault(row, []).append(int(seed))
+    return ", ".join(f"{row} seed{'s' if len(seeds) > 1 else ''} {_seed_ranges(sorted(seeds))}" for row, seeds in by_row.items())
+
+
+def _seed_ranges(seeds: list[int]) -> str:
+    parts, start = [], seeds[0]
+    for previous, current in zip(seeds, seeds[1:] + [None]):
+        if current != previous + 1:
+            parts.append(f"{start}" if start == previous else f"{start}-{previous}")
+            start = current
+    return " ".join(parts)
 
 
 def _verl_headline(report: dict, low: int, high: int) -> list[str]:
@@ -788,4 +840,6 @@ def export(config: StudyConfig, destination: Path) -> dict:
         destination.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(config.out / INVOCATIONS_FILE, destination / INVOCATIONS_FILE)
     plan(moved)  # the copies are the same runs
+    for sub in [*checks.sub_studies(config, checks.TWICE_FOLDER, nested=False), *checks.sub_studies(config, checks.LR_FOLDER)]:
+        export(sub, destination / sub.out.relative_to(config.out))  # the trained-twice and other-lr studies beside it
     return write_report(moved, published_from=str(config.out))

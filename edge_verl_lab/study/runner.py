@@ -27,7 +27,6 @@ training-data order, so methods are compared seed by seed (paired).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -42,6 +41,7 @@ from typing import Optional, TextIO
 from edge_verl_lab.demo import task as tasks
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
 from edge_verl_lab.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
+from edge_verl_lab.same_run import weights_digest
 from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)
     BASELINE,
     CALIBRATION_FILE,
@@ -114,20 +114,6 @@ def evaluate_lengths(config: StudyConfig, model_dir: Path, folder: Path, lengths
     for length in stale:
         evaluate_model(config, model_dir, folder / eval_file(length), length)
     return bool(stale)
-
-
-def weights_digest(weights: Path) -> str:
-    """sha256 over the final weights' tensor files (name and bytes, in name order): equal for equal weights."""
-    digest = hashlib.sha256()
-    files = sorted(weights.glob("*.safetensors")) or sorted(weights.glob("*.bin"))
-    if not files:
-        raise StudyError(f"{weights} holds no weight file")
-    for path in files:
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
