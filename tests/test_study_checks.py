@@ -179,3 +179,17 @@ def test_export_copies_the_twice_and_other_lr_studies_and_the_trained_length_eva
     assert (tmp_path / "page" / "runs" / "grpo_seed1" / eval_file(16)).is_file()
     assert (tmp_path / "page" / checks.TWICE_FOLDER / "runs" / "grpo_seed1" / "metrics.jsonl").is_file()
     assert published["twice"]["all_equal"] and len(published["twice"]["pairs"]) == 1
+
+
+def test_eda_s_forms_are_contrasted_with_each_other_in_the_further_family():
+    from edge_verl_lab.study.verdict import contrasts
+
+    # eda = grpo - 0.30 +- 0.01; eda_clamped = grpo (the blow-up was the loss) -> eda - eda_clamped = -0.30 +- 0.01
+    grpo = {"1": 0.6, "2": 0.7, "3": 0.5, "4": 0.65}
+    eda = {seed: value - 0.30 + (0.01 if int(seed) % 2 else -0.01) for seed, value in grpo.items()}
+    found = contrasts({"grpo": grpo, "eda": eda, "eda_clamped": dict(grpo)}, ["grpo", "eda", "eda_clamped"])
+    further = {(entry["method"], entry["against"]): entry for entry in found["further"]}
+    assert set(further) == {("eda_clamped", "grpo"), ("eda", "eda_clamped")}  # eda - grpo is primary
+    assert further["eda", "eda_clamped"]["mean"] == pytest.approx(-0.30) and further["eda_clamped", "grpo"]["mean"] == 0
+    # Holm over the further family of two: the smaller p doubled
+    assert further["eda", "eda_clamped"]["p_holm"] == pytest.approx(min(1.0, 2 * further["eda", "eda_clamped"]["p"]))

@@ -23,6 +23,10 @@ BASELINE = "grpo"
 # (method, against): EDGE-GRPO's and GEPO's headline claims against GRPO, then GEC's two controls against EDGE
 # (is it the right answer, is it the gradient through the injected tokens).
 PRIMARY_CONTRASTS = (("edge", "grpo"), ("eda", "grpo"), ("gepo", "grpo"), ("edge", "edge_placebo"), ("edge", "edge_masked"))
+# EDA's forms against each other, in the further family where both rows ran: EDA's loss against GRPO comes from
+# its unbounded advantages if clamping P_hat recovers it (eda - eda_clamped), from the entropy gradient if the
+# detached form does (eda - eda_detached).
+FURTHER_CONTRASTS = (("eda", "eda_clamped"), ("eda", "eda_detached"))
 GATE_MARGIN = 0.02
 POWER = 0.8
 
@@ -87,12 +91,15 @@ def contrast(values: Mapping[str, PerSeed], method: str, against: str, confidenc
 
 def contrasts(values: Mapping[str, PerSeed], methods: Sequence[str], confidence: float = 0.95) -> dict[str, list[dict]]:
     """{primary: [...], further: [...]}: the primary contrasts among ``methods``, then every other method
-    against the baseline not already primary; each list one family, its p-values Holm-adjusted (``p_holm``)."""
+    against the baseline not already primary and ``FURTHER_CONTRASTS``; each list one family, its p-values
+    Holm-adjusted (``p_holm``)."""
     primary = [found for method, against in PRIMARY_CONTRASTS
                if method in methods and against in methods and (found := contrast(values, method, against, confidence))]
     named = set(PRIMARY_CONTRASTS)
     further = [found for method in methods
                if method != BASELINE and (method, BASELINE) not in named and (found := contrast(values, method, BASELINE, confidence))]
+    further += [found for method, against in FURTHER_CONTRASTS
+                if method in methods and against in methods and (found := contrast(values, method, against, confidence))]
     for family in (primary, further):
         adjusted = holm_adjust({(entry["method"], entry["against"]): entry["p"] for entry in family})
         for entry in family:
