@@ -343,3 +343,125 @@ def test_the_reflect_controls_hold_the_default_study_s_first_runs_under_the_same
         assert _json(CONTROLS_PAGE / "runs" / name / "study_run.json") == _json(PAGE / "runs" / name / "study_run.json"), name
     assert {_json(CONTROLS_PAGE / "runs" / name / "done.json")["commit"][:7] for name in shared} == {"2c78f55", "519c644"}
     assert not {run["commit"] for run in default["runs"].values()} & {_json(CONTROLS_PAGE / "runs" / name / "done.json")["commit"] for name in shared}
+
+
+# --- study v4: the pages republished on reproducible runs (each check read from the page's raw files) -------------
+
+# The pages republished on reproducible runs, each with its trained-twice folder, its invocations and the checks.
+V4_PAGES = [PAGE]
+CLAMP = "+algorithm.edge_eda.ratio_clamp=[0.1,10.0]"
+
+
+def _is_timing(key: str) -> bool:
+    return key.startswith(("timing_s/", "timing_per_token_ms/", "perf/")) or "/perf/" in key or key == "edge_verl/gec/correction_time_share"
+
+
+def _run_folders(folder: Path) -> list[Path]:
+    """Every run folder of a page: its own, its trained-twice ones and those of its other learning rates."""
+    return [run for runs in (folder / "runs", folder / "twice" / "runs", *sorted((folder / "lr").glob("*/runs")))
+            if runs.is_dir() for run in sorted(runs.iterdir())]
+
+
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_every_method_of_the_page_was_trained_twice_and_the_twins_are_equal_number_for_number(folder):
+    report = _json(folder / "report.json")
+    twins = sorted((folder / "twice" / "runs").iterdir())
+    assert {_json(run / "study_run.json")["method"] for run in twins} == set(report["study"]["methods"])
+    for twin in twins:
+        run = folder / "runs" / twin.name
+        assert _json(twin / "study_run.json") == _json(run / "study_run.json"), twin.name
+        digests = {_json(path / "done.json")["weights_sha256"] for path in (run, twin)}
+        assert len(digests) == 1 and len(next(iter(digests))) == 64, twin.name
+        first, second = _json(run / "exact_eval.json"), _json(twin / "exact_eval.json")
+        for split in ("heldout", "seen"):
+            assert first[split]["per_problem"] == second[split]["per_problem"], (twin.name, split)
+        rows = [[{k: v for k, v in row.items() if not _is_timing(k)} for row in _rows(path / "metrics.jsonl")] for path in (run, twin)]
+        assert rows[0] == rows[1], twin.name
+    assert "**equal, number for number**" in (folder / "report.md").read_text()
+
+
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_every_run_of_the_page_was_trained_by_one_listed_invocation_at_its_commit(folder):
+    for run in _run_folders(folder):
+        invocations = _rows(run.parents[1] / "invocations.jsonl")
+        trained = [record for record in invocations if run.name in record["trained"]]
+        assert len(trained) == 1, run
+        assert trained[0]["commit"] == _json(run / "done.json")["commit"] and trained[0]["modified"] is False, run
+    text = (folder / "report.md").read_text()
+    assert "### Invocations" in text
+    for record in _rows(folder / "invocations.jsonl"):
+        assert f"| {record['finished']} | {record['commit'][:7]} |" in text
+
+
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_the_clip_fraction_and_gradient_norm_per_method_are_the_files(folder):
+    report = _json(folder / "report.json")
+    text = (folder / "report.md").read_text()
+    for method in report["study"]["methods"]:
+        runs = [run for run in sorted((folder / "runs").iterdir()) if _json(run / "study_run.json")["method"] == method]
+        clip = {float(_command_value(run, "actor_rollout_ref.actor.grad_clip")) for run in runs}
+        assert clip == {1.0}
+        norms = [row["actor/grad_norm"] for run in runs for row in _rows(run / "metrics.jsonl") if "actor/grad_norm" in row]
+        assert len(norms) == len(runs) * report["study"]["steps"]
+        clipped = sum(norm > 1.0 for norm in norms) / len(norms)
+        assert f"| {method} | {statistics.median(norms):.3f} | {max(norms):.3g} | {clipped:.0%} |" in text, method
+
+
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_each_method_is_on_the_page_at_its_trained_length_and_at_the_cap(folder):
+    report = _json(folder / "report.json")
+    text = (folder / "report.md").read_text()
+    cap = report["study"]["eval_max_new_tokens"]
+    for method in report["study"]["methods"]:
+        runs = [run for run in sorted((folder / "runs").iterdir()) if _json(run / "study_run.json")["method"] == method]
+        trained = {int(_command_value(run, "data.max_response_length")) for run in runs}
+        assert len(trained) == 1
+        length = trained.pop()
+        at_cap = statistics.fmean(_json(run / "exact_eval.json")["heldout"]["sampled_acc"] for run in runs)
+        own_file = "exact_eval.json" if length == cap else f"exact_eval_len{length}.json"
+        evaluations = [_json(run / own_file)["heldout"] for run in runs]
+        assert {found["config"]["max_new_tokens"] for found in evaluations} == {length}
+        own = statistics.fmean(found["sampled_acc"] for found in evaluations)
+        assert f"| {method} | {length} | {own:.3f} |" in text and f"| {at_cap:.3f} |" in text, method
+
+
+def test_eda_clamped_ran_eda_s_gradient_form_with_p_hat_clamped_at_every_seed_of_the_page():
+    report = _json(PAGE / "report.json")
+    clamped = sorted(run for run in (PAGE / "runs").iterdir() if run.name.startswith("eda_clamped_seed"))
+    assert len(clamped) == len(report["study"]["seeds"]) >= 8
+    for run in clamped:
+        assert _command_value(run, "algorithm.adv_estimator") == "edge_eda" and CLAMP in (run / "command.txt").read_text()
+        assert _command_value(run, "+algorithm.edge_eda.entropy_gradient") == "True"
+    further = {(e["method"], e["against"]) for e in report["contrasts"]["further"]}
+    assert {("eda_clamped", "grpo"), ("eda", "eda_clamped")} <= further
+
+
+def test_gepo_s_mdd_and_the_seeds_it_would_take_are_the_files():
+    from edge_verl_lab.reporting import minimum_detectable_difference
+
+    report, runs, _ = _read_page(PAGE)
+    by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
+    differences = [_accuracy(by["gepo", seed]["eval"], "heldout") - _accuracy(by["grpo", seed]["eval"], "heldout") for seed in report["study"]["seeds"]]
+    sd, n = statistics.stdev(differences), len(differences)
+    power = report["power"]
+    assert power["mdd"] == pytest.approx((T_975[n - 1] + T_80[n - 1]) * sd / math.sqrt(n), abs=1e-6)
+    needed = power["seeds_needed"]
+    assert minimum_detectable_difference(sd, needed) <= 0.05 and (needed == 2 or minimum_detectable_difference(sd, needed - 1) > 0.05)
+    assert f"**Power of gepo − grpo**: MDD {power['mdd']:.3f} at n = {n}" in (PAGE / "report.md").read_text()
+
+
+def test_the_primary_verdicts_at_the_other_learning_rates_are_their_files():
+    report = _json(PAGE / "report.json")
+    studies = sorted((PAGE / "lr").iterdir())
+    assert len(studies) >= 2
+    text = (PAGE / "report.md").read_text()
+    for study in studies:
+        sub, runs, _ = _read_page(study)
+        assert sub["study"]["lr"] != report["study"]["lr"] and len(sub["study"]["seeds"]) >= 4
+        by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
+        for a, b in PRIMARY:
+            if (a, sub["study"]["seeds"][0]) not in by or (b, sub["study"]["seeds"][0]) not in by:
+                continue
+            differences = [_accuracy(by[a, seed]["eval"], "heldout") - _accuracy(by[b, seed]["eval"], "heldout") for seed in sub["study"]["seeds"]]
+            assert f"| {sub['study']['lr']:g} ({len(differences)} seeds" in text
+            assert f"| {a} − {b} | {statistics.fmean(differences):+.3f} [" in text, (study.name, a, b)

@@ -16,12 +16,12 @@ import statistics
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from edge_verl_lab.demo.run import trained_steps, training_overrides
 from edge_verl_lab.experiment import read_record
 from edge_verl_lab.reporting import load_metrics, markdown_table, minimum_detectable_difference
 from edge_verl_lab.same_run import metric_differences
 from edge_verl_lab.study.config import DONE_FILE, EVAL_FILE, IDENTITY_FILE, WEIGHTS_DIGEST, StudyConfig, eval_file
 from edge_verl_lab.study.verdict import POWER, PRIMARY_CONTRASTS
-from edge_verl_lab.demo.run import trained_steps, training_overrides
 
 TWICE_FOLDER = "twice"
 LR_FOLDER = "lr"
@@ -29,7 +29,7 @@ GRAD_NORM = "actor/grad_norm"  # verl's, before clipping (torch's clip_grad_norm
 ADVANTAGE_EXTREMES = ("critic/advantages/max", "critic/advantages/min")
 # A held-out accuracy at or below this is "at the floor": a contrast between two such runs compares nothing.
 FLOOR = 0.001
-# The power target of GEPO's contrast (the issue's): gepo - grpo's MDD at most this.
+# The power GEPO's contrast should have: an MDD of at most this (its claimed effects are 0.05-0.10).
 TARGET_MDD = 0.05
 
 

@@ -119,3 +119,17 @@ def test_the_legacy_gepo_run_logs_metrics_and_saves_thresholds(smoke):
     saved = json.loads((out / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())
     assert saved["gepo_thresholds"]["num_updates"] == 2
     assert saved["gepo_thresholds"]["h_low"] == pytest.approx(rows[-1]["edge_verl/gepo/h_low"], rel=1e-12)
+
+
+def test_the_runs_trained_twice_are_the_same_runs_number_for_number(smoke):
+    # `--twice 1`: both rows of seed 1 trained again under OUT/twice (the same definitions, a fresh warm start of
+    # the same recipe, another Ray cluster), then the page compares each with its run: weights, evaluations, metrics
+    again = _study(smoke, "--twice", "1")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    report = json.loads((smoke / "report.json").read_text())
+    pairs = report["twice"]["pairs"]
+    assert sorted(pair["run"] for pair in pairs) == ["gepo_seed1", "grpo_seed1"] and report["twice"]["all_equal"], pairs
+    for pair in pairs:
+        assert pair["same_definition"] and pair["metric_differences"] == 0 and pair["weights"][0] == pair["weights"][1]
+        assert len(pair["weights"][0]) == 64
+    assert "**equal, number for number**" in (smoke / "report.md").read_text()
