@@ -93,15 +93,19 @@ def test_the_default_study_is_published():
     report = _json(PAGE / "report.json")
     default = StudyConfig()
     study = report["study"]
+    # the default study's rows, and EDA's clamped form beside them (a second invocation, listed on the page)
     assert (study["task"], tuple(study["methods"]), tuple(study["seeds"]), study["steps"], study["evaluation"]) == (
-        default.task, default.methods, default.seeds, default.steps, default.evaluation), "the page is the default study"
+        default.task, (*default.methods, "eda_clamped"), default.seeds, default.steps, default.evaluation), "the page is the default study"
+    first = _rows(PAGE / "invocations.jsonl")[0]
+    assert sorted(first["trained"]) == sorted(f"{m}_seed{s}" for m in default.methods for s in default.seeds) and first["jobs"] == 2
+    assert first["seconds"] < 80 * 60 and f"{first['seconds'] / 60:.1f}" in (PAGE / "report.md").read_text()
     assert {key: study[key] for key in PROTOCOL_FIELDS} == {key: getattr(default, key) for key in PROTOCOL_FIELDS}
     assert len(study["seeds"]) >= 8, "every primary contrast has at least 8 seeds"
     # its placebo is rewarded as its gold twin would be (only the injected content differs from EDGE)
     rewards = {run.name: _placebo_reward_as_run(run) for run in sorted((PAGE / "runs").iterdir())}
     assert {name for name, reward in rewards.items() if reward} == {f"edge_placebo_seed{seed}" for seed in default.seeds}
     assert set(rewards.values()) == {None, "as_gold"}
-    assert report["not_finished"] == [] and len(report["runs"]) == len(default.methods) * len(default.seeds)
+    assert report["not_finished"] == [] and len(report["runs"]) == len(study["methods"]) * len(default.seeds)
     assert all(commit and "modified" not in commit for commit in report["run_commits"]), report["run_commits"]
 
 
@@ -335,10 +339,10 @@ def test_the_reflect_controls_hold_the_default_study_s_first_runs_under_the_same
     # another invocation: two trainings of one definition, whose differences are run-to-run noise
     controls, default = _json(CONTROLS_PAGE / "report.json"), _json(PAGE / "report.json")
     assert controls["study"]["seeds"] == default["study"]["seeds"]
-    assert set(default["study"]["methods"]) < set(controls["study"]["methods"])
+    assert set(StudyConfig().methods) < set(controls["study"]["methods"])
     runs = {run.name: run.name.rsplit("_seed", 1)[0] for run in (CONTROLS_PAGE / "runs").iterdir()}
     shared = sorted(name for name, method in runs.items() if method in default["study"]["methods"])
-    assert shared == sorted(run.name for run in (PAGE / "runs").iterdir())
+    assert shared == sorted(run.name for run in (PAGE / "runs").iterdir() if run.name.rsplit("_seed", 1)[0] in runs.values())
     for name in shared:
         assert _json(CONTROLS_PAGE / "runs" / name / "study_run.json") == _json(PAGE / "runs" / name / "study_run.json"), name
     assert {_json(CONTROLS_PAGE / "runs" / name / "done.json")["commit"][:7] for name in shared} == {"2c78f55", "519c644"}
