@@ -193,3 +193,16 @@ def test_eda_s_forms_are_contrasted_with_each_other_in_the_further_family():
     assert further["eda", "eda_clamped"]["mean"] == pytest.approx(-0.30) and further["eda_clamped", "grpo"]["mean"] == 0
     # Holm over the further family of two: the smaller p doubled
     assert further["eda", "eda_clamped"]["p_holm"] == pytest.approx(min(1.0, 2 * further["eda", "eda_clamped"]["p"]))
+
+
+def test_rows_added_to_a_study_folder_keep_its_evaluation_cap(tmp_path):
+    from edge_verl_lab.study.runner import StudyError, check_seed_cap
+
+    # the folder's seed models were evaluated under edge's 128-token cap; a grpo-only invocation's own cap is 16
+    config = _study(tmp_path)
+    alone = StudyConfig(task="pair", methods=("grpo",), seeds=(1,), steps=4, evaluation="exact", out=tmp_path)
+    assert (config.eval_max_new_tokens, alone.eval_max_new_tokens) == (128, 16)
+    check_seed_cap(config, config.seed_model_folder(1))
+    with pytest.raises(StudyError, match="evaluated under a 128-token cap, this invocation's is 16 .*--eval-max-new-tokens 128"):
+        check_seed_cap(alone, alone.seed_model_folder(1))
+    check_seed_cap(alone, tmp_path / "models" / "seed9")  # a seed never evaluated: nothing to keep

@@ -429,3 +429,34 @@ def test_a_finished_run_with_a_stale_evaluation_is_evaluated_again_from_its_fina
     shutil.rmtree(final_weights(demo))
     with pytest.raises(StudyError, match="final weights"):
         reevaluate(config, "grpo", 1)
+
+
+def test_models_load_one_at_a_time_and_each_is_its_folder_s_tensors(warm_model, tmp_path):
+    # transformers' from_pretrained in two threads at once left meta tensors and un-tied heads (measured): the study
+    # evaluates its runs in threads, so loads take a lock, and each loaded model is checked against its files
+    import threading
+
+    import torch
+
+    from edge_verl_lab.study.exact_eval import check_loaded, load_model
+
+    errors, heads = [], []
+
+    def load():
+        try:
+            model, _ = load_model(warm_model)
+            heads.append(model.get_output_embeddings().weight.detach().clone())
+        except Exception as error:  # noqa: BLE001  (the test reports any)
+            errors.append(error)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and len(heads) == 4 and all(torch.equal(head, heads[0]) for head in heads)
+    model, _ = load_model(warm_model)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[0, 0] += 1.0  # tied: the embedding moves with it, the file does not
+    with pytest.raises(RuntimeError, match="is not the file's"):
+        check_loaded(model, warm_model)

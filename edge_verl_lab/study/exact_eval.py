@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -264,8 +265,16 @@ def _value(completion: Completion, field: str) -> float:
     return float(getattr(completion, field))
 
 
+# transformers' from_pretrained is not thread-safe (measured, 5.10.4: two loads at once in two threads of the
+# study's process left meta tensors in one, and the process's later loads un-tied the output head, so that every
+# later evaluation scored a random head: gold probability ~1e-27): the study evaluates runs in threads, so models
+# load one at a time, and each load is checked against its file.
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(model_dir: str | Path):
-    """(model in eval mode, float32; its tokenizer) from a model folder."""
+    """(model in eval mode, float32; its tokenizer) from a model folder, loaded one at a time in this process
+    and checked to hold exactly the folder's tensors (``check_loaded``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -273,9 +282,31 @@ def load_model(model_dir: str | Path):
 
     pin_numeric_path()  # the evaluation computes on the training runs' numeric path
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
+    with _LOAD_LOCK:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.float32).eval()
+        check_loaded(model, Path(model_dir))
     return model, tokenizer
+
+
+def check_loaded(model, model_dir: Path) -> None:
+    """Raise unless every tensor of the folder's safetensors files is the model's parameter of that name (in
+    float32), and no parameter is left on the meta device; a tied output head must be the embedding."""
+    import torch
+    from safetensors.torch import load_file
+
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    meta = [name for name, tensor in parameters.items() if tensor.is_meta]
+    if meta:
+        raise RuntimeError(f"{model_dir}: parameters {meta[:3]} were not loaded (meta tensors)")
+    for path in sorted(model_dir.glob("*.safetensors")):
+        for name, tensor in load_file(str(path)).items():
+            if name not in parameters or not torch.equal(parameters[name].detach(), tensor.float()):
+                raise RuntimeError(f"{model_dir}: the loaded model's {name} is not the file's")
+    if getattr(model.config, "tie_word_embeddings", False):
+        head, embedding = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+        if not torch.equal(head, embedding):
+            raise RuntimeError(f"{model_dir}: the output head is not tied to the embedding")
 
 
 def sample_completions(model, tokenizer, prompts: Sequence[Sequence[int]], config: EvalConfig, first_index: int = 0) -> list[list[list[int]]]:

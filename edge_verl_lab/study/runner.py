@@ -129,10 +129,22 @@ def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
     return evaluate_lengths(config, weights, folder, lengths)
 
 
+def check_seed_cap(config: StudyConfig, folder: Path) -> None:
+    """Refuse to evaluate a seed model again under another cap than the one its evaluation file has: rows added
+    to a study folder (``--methods``) share its seeds' step-0 evaluation, whose cap is the folder's."""
+    recorded = read_record(folder / EVAL_FILE)
+    cap = next(iter(recorded.values()))["config"]["max_new_tokens"] if recorded else config.eval_max_new_tokens
+    if cap != config.eval_max_new_tokens:
+        raise StudyError(f"{folder}: this study folder's seed models were evaluated under a {cap}-token cap, this invocation's is "
+                         f"{config.eval_max_new_tokens} (by default its own methods' longest response): pass "
+                         f"--eval-max-new-tokens {cap}, or use another --out")
+
+
 def prepare_seed(config: StudyConfig, seed: int) -> Path:
     """evaluation="exact": the seed's warm-started model, built once, and its step-0 evaluation and
     calibration (``CALIBRATION_FILE``), each done once (again when its file is another config's)."""
     probe = config.demo_config(config.methods[0], seed)
+    check_seed_cap(config, config.seed_model_folder(seed))
     folder = build_warm_model(model_recipe(probe), config.seed_model_folder(seed))
     evaluate_lengths(config, folder, folder, [None, *config.own_lengths()])
     calibration = read_record(folder / CALIBRATION_FILE)
