@@ -206,3 +206,17 @@ def test_rows_added_to_a_study_folder_keep_its_evaluation_cap(tmp_path):
     with pytest.raises(StudyError, match="evaluated under a 128-token cap, this invocation's is 16 .*--eval-max-new-tokens 128"):
         check_seed_cap(alone, alone.seed_model_folder(1))
     check_seed_cap(alone, tmp_path / "models" / "seed9")  # a seed never evaluated: nothing to keep
+
+
+def test_every_invocation_is_listed_with_the_runs_it_trained_and_those_the_page_dropped(tmp_path):
+    config = _study(tmp_path)
+    records = [{"jobs": 2, "trained": ["grpo_seed1", "grpo_seed2", "edge_seed1"], "evaluated_again": [], "seconds": 600.0,
+                "finished": "2026-12-06T06:00:00+0000", "commit": "a" * 40, "modified": False},
+               {"jobs": 2, "trained": ["gepo_seed1", "gepo_seed2"], "evaluated_again": [], "seconds": 120.0, "finished": "2026-12-06T07:00:00+0000",
+                "commit": "b" * 40, "modified": False, "discarded": "trained on a dirty tree", "discarded_runs": ["gepo_seed2"]}]
+    (tmp_path / study_report.INVOCATIONS_FILE).write_text("".join(json.dumps(record) + "\n" for record in records))
+    text = study_report.report_markdown(study_report.summarize(config))
+    assert "| 1 | 2026-12-06T06:00:00+0000 | aaaaaaa | 2 | 10.0 | grpo seeds 1-2, edge seed 1 | - | - |" in text
+    assert "| 2 | 2026-12-06T07:00:00+0000 | bbbbbbb | 2 | 2.0 | gepo seeds 1-2 | - | gepo seed 2: trained on a dirty tree |" in text
+    assert study_report.discarded_runs({**records[1], "discarded_runs": ["x"]}) == ["x"]
+    assert study_report.discarded_runs({"trained": ["a"], "discarded": "why"}) == ["a"] and study_report.discarded_runs(records[0]) == []

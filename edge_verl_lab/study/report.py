@@ -680,12 +680,23 @@ def _invocation_lines(report: dict) -> list[str]:
     invocations = report.get("invocations")
     if not invocations:
         return []
-    lines = ["### Invocations", "", f"Every `edge-verl study` that trained or evaluated a run of this page ({INVOCATIONS_FILE}), in order.", ""]
-    lines += markdown_table(["#", "finished", "commit", "runs at a time", "minutes", "trained", "evaluated again"],
+    lines = ["### Invocations", "", f"Every `edge-verl study` that trained or evaluated a run of this page ({INVOCATIONS_FILE}), in order; "
+             "runs an invocation trained that the page does not hold are named with the reason.", ""]
+    lines += markdown_table(["#", "finished", "commit", "runs at a time", "minutes", "trained", "evaluated again", "discarded"],
                             [[str(number), str(record.get("finished", "-")), f"{str(record.get('commit'))[:7]}{' (modified)' if record.get('modified') else ''}",
                               str(record.get("jobs", "-")), f"{record['seconds'] / 60:.1f}", _runs_text(record.get("trained", [])),
-                              _runs_text(record.get("evaluated_again", []))] for number, record in enumerate(invocations, 1)])
+                              _runs_text(record.get("evaluated_again", [])),
+                              f"{_runs_text(discarded_runs(record))}: {record['discarded']}" if record.get("discarded") else "-"]
+                             for number, record in enumerate(invocations, 1)])
     return lines + [""]
+
+
+def discarded_runs(record: dict) -> list[str]:
+    """The runs an invocation trained that its study no longer holds (``discarded_runs``; all it trained when it
+    names only the reason, ``discarded``)."""
+    if not record.get("discarded"):
+        return []
+    return list(record.get("discarded_runs", record.get("trained", [])))
 
 
 def _runs_text(names: Sequence[str]) -> str:
