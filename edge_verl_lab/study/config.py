@@ -84,9 +84,9 @@ class StudyConfig:
     """Options of ``edge-verl study`` (validated in ``__post_init__``; the scale fields are the demo's).
 
     The default scale (5 methods x 8 seeds x 12 steps on reflect, the exact evaluation, the reference's
-    protocol) is what 2 cores finish in about 70 minutes, two runs at a time (measured: 69.1 min for the
-    invocation at d50e9dc; 125 min one run at a time) with GRPO past the baseline gate in every seed;
-    docs/study.md states the measured time. ``test_freq`` None
+    protocol) is what 2 cores finish in under 80 minutes, two runs at a time (measured: 72.1 min for the
+    invocation at d4ed055, each non-GEC run evaluated at two lengths) with GRPO past the baseline gate in every
+    seed; docs/study.md states the measured time. ``test_freq`` None
     (evaluation="verl"): validate only before training and at the end.
     """
 
