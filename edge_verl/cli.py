@@ -286,12 +286,12 @@ def _recipe(args: argparse.Namespace) -> int:
         for name in undefined:
             print(f"edge-verl recipe: {folder / name} is no recipe's: define it in edge_verl/recipes.py, or delete it", file=sys.stderr)
         return 1 if args.check and (changed or undefined) else 0
-    from edge_verl.openrlhf.recipes import MODEL, OPENRLHF_RECIPES
+    from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
 
     for recipe in RECIPES:
         print(f"{recipe.file_name:<56}{recipe.method:<21}{recipe.model:<24}{recipe.backend:<10}{recipe.knobs}")
     for recipe in OPENRLHF_RECIPES:
-        print(f"{recipe.file_name:<56}{recipe.method:<21}{MODEL.split('/')[-1]:<24}{'openrlhf':<10}paper")
+        print(f"{recipe.file_name:<56}{recipe.method:<21}{recipe.model:<24}{'openrlhf':<10}{recipe.setup}")
     return 0
 
 

@@ -19,10 +19,14 @@ import numpy as np
 import torch
 
 from edge_verl.algorithms.group_stats import (
-    advantage_variance_metrics, masked_mean, masked_variance, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
+    MinGroups, advantage_variance_metrics, masked_mean, masked_variance, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
 )
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
+# One group per step is not GEPO: the thresholds (Eq. 8) come from the spread of the step's group entropies.
+MIN_GROUPS = MinGroups(2, "its thresholds are the step's group-entropy mean -/+ beta x their std (Eq. 8): with one "
+                          "group the std is 0, both thresholds are that group's entropy and no advantage is ever scaled "
+                          "(GEPO's paper: 32 prompts per step)")
 
 
 def compute_group_entropy(

@@ -12,6 +12,7 @@ groups, so cost is O(B*T) and runs on whatever device the tensors are on.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -22,6 +23,23 @@ PAD_UID_PREFIX = "pad"
 # its page faults on every call) are reduced in blocks of ~_BLOCK_ELEMENTS (1 MB).
 _BLOCKED_MIN_ELEMENTS = 1 << 19
 _BLOCK_ELEMENTS = 1 << 18
+
+
+@dataclass(frozen=True)
+class MinGroups:
+    """The fewest prompt groups one step must hold for an estimator to be itself (``count``), and ``why``."""
+
+    count: int
+    why: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1 or not self.why:
+            raise ValueError(f"MinGroups({self.count!r}, {self.why!r}): a count >= 1 and its reason")
+
+    def check(self, estimator: str, groups: int, key: str) -> None:
+        """Refuse a step of ``groups`` groups (set by the trainer's option ``key``) below ``count``."""
+        if groups < self.count:
+            raise ValueError(f"{key}={groups}: {estimator} needs at least {self.count} prompt groups per step; {self.why}")
 
 
 def group_index_from_uids(uids: Sequence | np.ndarray) -> tuple[torch.Tensor, int, torch.Tensor]:

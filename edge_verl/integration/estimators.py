@@ -28,8 +28,8 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from edge_verl.algorithms.eda import compute_eda_advantages, eda_step_metrics, entropy_gradient_scale
-from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages, gepo_step_metrics
-from edge_verl.algorithms.group_stats import group_index_from_uids, masked_response_mean
+from edge_verl.algorithms.gepo import MIN_GROUPS as GEPO_MIN_GROUPS, GepoThresholds, compute_gepo_advantages, gepo_step_metrics
+from edge_verl.algorithms.group_stats import MinGroups, group_index_from_uids, masked_response_mean
 from edge_verl import names
 from edge_verl.config import EdaConfig, EstimatorOptions, GepoConfig
 from edge_verl.integration.run import AdvantageStep, TrainingRun, current_run, current_step, estimator_options, norm_adv_by_std, prefixed
@@ -101,7 +101,9 @@ class Estimator:
     ``EstimatorOptions``: the inputs it reads, its epsilon, its loss option, whether a resume may lack its
     state); ``compute(batch, options, state)``; ``state(options)`` creates the training state (an object with
     ``state_dict`` / ``load_state_dict``, restored on resume; None: the estimator keeps none); ``loss``: what
-    the actor loss does with its loss columns when its options switch that on (``options.loss_option``)."""
+    the actor loss does with its loss columns when its options switch that on (``options.loss_option``);
+    ``min_groups``: the fewest prompt groups a step must hold for the method to be itself (None: one), a run
+    with fewer refused before it starts."""
 
     name: str
     description: str
@@ -110,6 +112,7 @@ class Estimator:
     state: Optional[Callable[[Any], Any]] = None
     state_key: str = ""
     loss: Optional["LossScale"] = None
+    min_groups: Optional[MinGroups] = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -118,6 +121,11 @@ class Estimator:
             raise TypeError(f"estimator {self.name}: its config class needs to be an edge_verl.config.EstimatorOptions with from_mapping(mapping)")
         if self.state is not None and not self.state_key:
             raise ValueError(f"estimator {self.name}: training state needs a state_key (its key in the checkpoint)")
+
+    def check_groups(self, groups: int, key: str) -> None:
+        """Refuse a step of ``groups`` prompt groups (the trainer's option ``key``) below ``min_groups``."""
+        if self.min_groups is not None:
+            self.min_groups.check(self.name, groups, key)
 
     def options(self, section: Mapping[str, Any]) -> Any:
         """The validated options from ``algorithm.<name>`` (a plain mapping)."""
@@ -277,6 +285,7 @@ GEPO = register_estimator(
         compute=_gepo,
         state=lambda options: GepoThresholds(gamma=options.gamma, init=options.ema_init),
         state_key="gepo_thresholds",
+        min_groups=GEPO_MIN_GROUPS,
     )
 )
 

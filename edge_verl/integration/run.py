@@ -464,6 +464,9 @@ def check_run_config(config: Any) -> TrainingRun:
     """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
     run = TrainingRun.from_config(config.algorithm)
     run.grader_metrics = uses_edge_reward(config)
+    prompts = (config.get("data", None) or {}).get("train_batch_size", None)
+    if run.entry is not None and prompts is not None:  # verl's config always has it
+        run.entry.check_groups(int(prompts), "data.train_batch_size")
     why = run.entry.loss_entropy(run.options) if run.entry is not None else None
     if why is not None:
         actor = config.actor_rollout_ref.actor

@@ -40,7 +40,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from edge_verl.algorithms.eda import compute_eda_advantages
-from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.algorithms.gepo import MIN_GROUPS as GEPO_MIN_GROUPS, GepoThresholds, compute_gepo_advantages
 from edge_verl.openrlhf.options import OpenRlhfOptions, run_options
 
 ESTIMATORS = ("gepo", "edge_eda")
@@ -60,6 +60,8 @@ def check_run_args(args: Any, options: OpenRlhfOptions) -> None:
             f"--algo.advantage.estimator {estimator} compares the responses of a group: --rollout.n_samples_per_prompt="
             f"{args.rollout.n_samples_per_prompt} must be >= 2."
         )
+    if estimator == "gepo":  # compute_edge_advantages sees one rollout step's groups: --rollout.batch_size prompts
+        GEPO_MIN_GROUPS.check(estimator, args.rollout.batch_size, "--rollout.batch_size")
     if args.algo.kl.init_coef > 0 and not args.algo.kl.use_loss:
         raise ValueError(
             f"--algo.advantage.estimator {estimator} computes outcome advantages and takes no KL penalty in the reward "

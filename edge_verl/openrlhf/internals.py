@@ -7,14 +7,17 @@ what it and the reward / agent files call or read as they are. Each SUBCLASSED /
 ``openrlhf`` package, qualified name) -> the leading parameters relied on, in order. ``find_mismatches`` reads
 the files with ``ast`` (nothing is imported, so it runs where flash_attn, deepspeed and CUDA are absent) and also
 checks the one fact that is not a signature: the ``choices`` of ``--algo.advantage.estimator`` in
-``cli/train_ppo_ray.py``, which the launcher extends. Any other OpenRLHF version is refused before anything is
-subclassed (``check_version``).
+``cli/train_ppo_ray.py``, which the launcher extends. Any other OpenRLHF version is refused before any OpenRLHF
+module is imported (``check_installed_version``: the launcher, the reward file and the agent file call it first),
+and again before anything is subclassed (``check_module_version``).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import importlib.util
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional
@@ -69,25 +72,51 @@ ESTIMATOR_FLAG = "--algo.advantage.estimator"
 ESTIMATOR_CHOICES = ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo", "flash_reinforce")
 
 
-def check_version(found: Optional[str]) -> None:
-    """Refuse every OpenRLHF but the pinned one, naming both."""
+def check_version(found: Optional[str], where: Optional[Path] = None) -> None:
+    """Refuse every OpenRLHF but the pinned one, naming both (and where it looked, when given)."""
     if found != PINNED_VERSION:
+        seen = f"openrlhf {found!r}" if found is not None else "an openrlhf whose version it cannot read (no dist-info, no version.txt)"
         raise RuntimeError(
             f"edge_verl's OpenRLHF coupling is pinned to openrlhf=={PINNED_VERSION} (every subclassed or relied-on "
-            f"attribute is checked against it: edge_verl/openrlhf/internals.py); found openrlhf {found!r}. "
+            f"attribute is checked against it: edge_verl/openrlhf/internals.py); found {seen}"
+            f"{f' at {where}' if where is not None else ''}. "
             f"Install openrlhf=={PINNED_VERSION}, or drop edge_verl's OpenRLHF files from the command line."
         )
 
 
 @lru_cache(maxsize=None)
 def version_at(package_dir: str) -> Optional[str]:
-    """The version recorded by the dist-info beside the ``openrlhf`` package folder ``package_dir`` (the code
-    actually loaded, wherever it lives), None when there is none."""
-    root = str(Path(package_dir).parent)
-    for dist in importlib.metadata.distributions(path=[root]):
+    """The version of the ``openrlhf`` package folder ``package_dir`` (the code actually loaded, wherever it
+    lives): the dist-info beside it (an install), else the ``version.txt`` beside it (a source checkout, which
+    OpenRLHF's setup.py reads its version from); None when there is neither."""
+    root = Path(package_dir).parent
+    for dist in importlib.metadata.distributions(path=[str(root)]):
         if (dist.metadata["Name"] or "").lower() == "openrlhf":
             return dist.version
-    return None
+    source = root / "version.txt"
+    return source.read_text().strip() or None if source.is_file() else None
+
+
+def installed_package_dir() -> Optional[Path]:
+    """The ``openrlhf`` package folder in use: the imported one (OpenRLHF loading the reward or agent file), else
+    the one this interpreter would import, found without importing it."""
+    module = sys.modules.get("openrlhf")
+    if module is not None:
+        locations = list(getattr(module, "__path__", None) or [])
+    else:
+        spec = importlib.util.find_spec("openrlhf")
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return Path(locations[0]).resolve() if locations else None
+
+
+def check_installed_version() -> None:
+    """Refuse before any OpenRLHF module is imported: no openrlhf at all (ModuleNotFoundError, as its import would
+    raise), or another version than the pinned one (RuntimeError)."""
+    package_dir = installed_package_dir()
+    if package_dir is None:
+        raise ModuleNotFoundError(f"edge_verl's OpenRLHF coupling needs openrlhf=={PINNED_VERSION}, and this Python finds no "
+                                  "openrlhf package.", name="openrlhf")
+    check_version(version_at(str(package_dir)), where=package_dir)
 
 
 def package_dir_of(module) -> Path:

@@ -12,7 +12,8 @@ It never raises: OpenRLHF logs a reward exception at INFO and drops the reward, 
 an unrelated "reward_model_group is required" error. The one failure the grader reports by raising, grading
 workers that cannot start, is logged at ERROR and scores 0 with ``edge_verl/grader/unavailable`` = 1.
 Options (format policy, the two time bounds) come from ``EDGE_VERL_OPENRLHF`` (``edge_verl.openrlhf.options``)
-and are validated when the file is loaded, i.e. when the engine starts.
+and are validated when the file is loaded, i.e. when the engine starts, after the OpenRLHF version (the pinned
+one only, as for the launcher and the agent file).
 
 Returned per call: ``rewards`` and ``scores`` (float tensors, one value per query: 1.0 correct, else 0.0)
 and ``extra_logs``: the grader's health numbers, one float per name (OpenRLHF wraps each in a tensor), the
@@ -29,6 +30,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from edge_verl.openrlhf.internals import check_installed_version
 from edge_verl.openrlhf.options import RewardOptions, run_options
 from edge_verl.reward.pool import GraderUnavailable
 from edge_verl.reward.score import GRADER_OUTCOMES, compute_score, grader_outcome_fractions
@@ -111,4 +113,6 @@ def reward_func(queries: Sequence[Any], prompts: Sequence[Any], labels: Sequence
     return {"rewards": rewards, "scores": rewards.clone(), "extra_logs": health_logs(results, missing)}
 
 
+if __name__ != "edge_verl.openrlhf.reward_func":  # loaded by path, as OpenRLHF's reward file (not imported as a module)
+    check_installed_version()
 run_options()  # a bad EDGE_VERL_OPENRLHF file fails when OpenRLHF loads this file, not at the first sample

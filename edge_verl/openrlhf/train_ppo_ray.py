@@ -11,7 +11,8 @@ launcher runs that ``__main__`` (``runpy``) in its own process with, for that ru
 - the options file's content in the ``runtime_env`` of OpenRLHF's ``ray.init`` (``EDGE_VERL_OPENRLHF_OPTIONS``,
   ``runtime_env_with_ours``), so every worker reads the same options wherever it runs.
 Nothing else of OpenRLHF's command line changes; with an estimator of its own, OpenRLHF's code runs. Ray
-started before the launcher (``ray.init`` already called in this process) would not pass the options: refused.
+started before the launcher (``ray.init`` already called in this process) would not pass the options: refused;
+so is any OpenRLHF but the pinned one, before any of its modules is imported (``check_installed_version``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args
-from edge_verl.openrlhf.internals import ESTIMATOR_FLAG
+from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
 from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
 
 GEC_AGENT_FILE = str(Path(__file__).with_name("gec_agent.py"))
@@ -106,6 +107,7 @@ def attributes_set(values: dict[tuple[Any, str], Any]) -> Iterator[None]:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    check_installed_version()  # before any OpenRLHF module is imported: a moved module would fail less clearly
     options = launcher_options()  # bad options fail here, before Ray or any model
     os.environ[CONTENT_ENV_VAR] = options  # this process reads them as its workers will
     import openrlhf.utils.config as config_module

@@ -520,3 +520,18 @@ def test_v1_gec_step_reads_the_rollouts_records_from_the_transfer_queue_and_puts
     assert stored.extra_info[names.GEC_LOSS_OPTIONS_KEY]["injected_share"] == pytest.approx(2 / 5)
     # as sampled the group scored [1, 0]; the sampled tokens' entropy is 0.5 (the injected 3.0 left out)
     assert metrics["edge_verl/gec/sampled/score_mean"] == 0.5 and metrics["edge_verl/gec/sampled/entropy"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("prompts", [1, 0])
+def test_a_gepo_run_with_fewer_than_two_groups_per_step_is_refused_before_it_starts(prompts):
+    # GEPO's thresholds are the step's group-entropy mean -/+ beta x std: one group has std 0 and GEPO scales nothing
+    config = _config("gepo")
+    config.data = {"train_batch_size": prompts}
+    with pytest.raises(ValueError, match=rf"data.train_batch_size={prompts}: gepo needs at least 2 prompt groups per step; its thresholds"):
+        runs.check_run_config(config)
+    config.data.train_batch_size = 2
+    assert runs.check_run_config(config).entry.name == "gepo"
+    for estimator in ("edge_eda", "grpo"):  # one group is a group: EDA and verl's GRPO are defined on it
+        single = _config(estimator)
+        single.data = {"train_batch_size": 1}
+        runs.check_run_config(single)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from edge_verl.data import SYSTEM_PROMPT, eval_rows, training_rows
-from edge_verl.openrlhf.data import INPUT_KEY, LABEL_KEY
+from edge_verl.openrlhf.data import DATASOURCE_KEY, INPUT_KEY, LABEL_KEY
 from edge_verl.openrlhf.options import RewardOptions
 from edge_verl.openrlhf.reward_func import grade_response, label_parts
 from tests.openrlhf.conftest import OPENRLHF_DIR
@@ -39,7 +39,10 @@ def test_the_data_command_writes_every_set_with_the_verl_prompt_and_a_label_the_
         for row, verl_row in zip(rows, verl):
             # the verl row's prompt (the system prompt asks for \boxed{}) and ground truth
             assert row[INPUT_KEY] == verl_row["prompt"] and row[INPUT_KEY][0]["content"] == SYSTEM_PROMPT
-            assert row[LABEL_KEY]["answer"] == verl_row["reward_model"]["ground_truth"]
+            # the verl row's ground truth, always as a list of strings; the verl row's data source, by which OpenRLHF groups
+            gold = verl_row["reward_model"]["ground_truth"]
+            assert row[LABEL_KEY]["answer"] == (gold if isinstance(gold, list) else [gold]) and all(isinstance(a, str) for a in row[LABEL_KEY]["answer"])
+            assert row[DATASOURCE_KEY] == verl_row["data_source"] == (f"deepscaler_{name}" if name in ("hard_1k", "random_1k") else name)
             assert ("solution" in row[LABEL_KEY]) == (name in ("hard_1k", "random_1k"))
         # OpenRLHF's preprocessing with --data.apply_chat_template hands the messages to the chat template
         seen = []
@@ -58,3 +61,17 @@ def test_the_data_command_writes_every_set_with_the_verl_prompt_and_a_label_the_
 def test_a_wrong_call_says_how_to_use_it():
     done = subprocess.run([sys.executable, "-m", "edge_verl.openrlhf", "data"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "data OUT" in done.stderr
+
+
+def test_the_five_evaluation_files_load_as_one_table_as_openrlhf_concatenates_them(tmp_path):
+    # OpenRLHF's blending_datasets loads each --eval.dataset file with HF datasets and concatenates them: one type
+    # per field across the files (minerva's and olympiad_bench's answers were lists, the others' strings)
+    from datasets import concatenate_datasets, load_dataset
+
+    from edge_verl.data import PAPER_EVAL
+    from edge_verl.openrlhf.data import write_sets
+
+    written = write_sets(tmp_path)
+    table = concatenate_datasets([load_dataset("json", data_files=str(written[name]))["train"] for name in PAPER_EVAL])
+    counts = {name: table["datasource"].count(name) for name in PAPER_EVAL}
+    assert counts == {name: len(_rows(written[name])) for name in PAPER_EVAL} and sum(counts.values()) == len(table)

@@ -27,9 +27,9 @@ N = 4
 VOCAB = 11
 
 
-def run_args(estimator, n=N, clip_range=(-10.0, 10.0), init_coef=0.0, use_loss=False):
+def run_args(estimator, n=N, clip_range=(-10.0, 10.0), init_coef=0.0, use_loss=False, prompts=2):
     return SimpleNamespace(
-        rollout=SimpleNamespace(n_samples_per_prompt=n, temperature=0.6),
+        rollout=SimpleNamespace(n_samples_per_prompt=n, temperature=0.6, batch_size=prompts),
         reward=SimpleNamespace(clip_range=clip_range, overlong_buffer_len=None, stop_properly_penalty_coef=None),
         algo=SimpleNamespace(
             advantage=SimpleNamespace(estimator=estimator, gamma=1.0, is_correction_level="off"),
@@ -226,6 +226,10 @@ def test_run_checks_name_the_bad_value():
         check_args(run_args("edge_eda", init_coef=0.01), options)
     check_args(run_args("edge_eda", init_coef=0.01, use_loss=True), options)
     check_args(run_args("group_norm", n=1), options)  # not ours: nothing checked
+    # GEPO's thresholds come from the spread of a step's group entropies: one prompt per step is refused, EDA is defined on it
+    with pytest.raises(ValueError, match=r"--rollout.batch_size=1: gepo needs at least 2 prompt groups per step; its thresholds"):
+        check_args(run_args("gepo", prompts=1), options)
+    check_args(run_args("edge_eda", prompts=1), options)
     with pytest.raises(ValueError, match="entropy_gradient=true needs"):
         check_args(run_args("edge_eda"), OpenRlhfOptions.from_mapping({"edge_eda": {"entropy_gradient": True}}))
 
