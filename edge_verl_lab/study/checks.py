@@ -149,8 +149,8 @@ def sub_studies(config: StudyConfig, folder_name: str, nested: bool = True) -> l
 
 def lr_sensitivity(config: StudyConfig, primary: Sequence[dict], summarize: Callable[[StudyConfig], dict]) -> Optional[dict]:
     """The primary contrasts at each other learning rate (``OUT/lr/*``, summarized by ``summarize``) beside this
-    study's; a verdict survives at an lr when it reads the same there (the same direction, or no difference
-    detected both times). None without the folder."""
+    study's; a verdict survives at an lr when it concludes the same there (``verdict.verdict_direction``: above,
+    below, or no difference detected both times). None without the folder."""
     studies = sub_studies(config, LR_FOLDER)
     if not studies:
         return None
@@ -164,23 +164,11 @@ def lr_sensitivity(config: StudyConfig, primary: Sequence[dict], summarize: Call
             ours = here.get(key)
             entries.append({**{name: entry[name] for name in ("method", "against", "mean", "interval", "n", "mdd", "p_holm", "verdict")},
                             "verdict_here": ours["verdict"] if ours else None,
-                            "survives": ours is not None and _direction(ours) == _direction(entry)})
+                            "survives": ours is not None and ours["direction"] == entry["direction"]})
         result.append({"lr": sub.lr, "seeds": list(sub.seeds), "gate": report["gate"]["passed"], "contrasts": entries,
                        "heldout_sampled": {method: found["summary"].get("heldout_sampled", {}).get("mean")
                                            for method, found in report["methods"].items()}})
     return {"lr": config.lr, "studies": result}
-
-
-def _direction(entry: dict) -> str:
-    """What a contrast's verdict says, reduced to its direction: above, below, none (or uninformative)."""
-    verdict = entry["verdict"]
-    if verdict.startswith("uninformative"):
-        return "uninformative"
-    if f"{entry['method']} above" in verdict:
-        return "above"
-    if f"{entry['method']} below" in verdict:
-        return "below"
-    return "none"
 
 
 # --- power ------------------------------------------------------------------------------------------------------

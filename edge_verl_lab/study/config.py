@@ -194,6 +194,11 @@ class StudyConfig:
         length = self.trained_length(method)
         return None if length == self.eval_max_new_tokens else length
 
+    def eval_lengths(self, method: str) -> list[Optional[int]]:
+        """The caps row ``method``'s final model is evaluated under: the common one (None), then its own length if it differs."""
+        own = self.own_length(method)
+        return [None] if own is None else [None, own]
+
     def own_lengths(self) -> list[int]:
         """Every trained length of the study's rows other than the cap (each seed's step-0 model is evaluated at each)."""
         return sorted({length for method in self.methods if (length := self.own_length(method)) is not None})

@@ -17,7 +17,7 @@ from edge_verl_lab.demo.run import trained_steps
 from edge_verl.methods import get_method
 from edge_verl_lab.reporting import columns_over_seeds, holm_adjust, markdown_table
 from edge_verl_lab.study.config import BASELINE, method_of
-from edge_verl_lab.study.verdict import CONTRAST_HEADER, contrast, contrast_cells, verdict_text
+from edge_verl_lab.study.verdict import CONTRAST_HEADER, contrast, contrast_cells, judge
 
 BY_SOURCE = "edge_verl/by_source"
 
@@ -105,7 +105,7 @@ def part_summary(the_task: tasks.Mixture, methods: Sequence[str], runs: dict, co
     adjusted = holm_adjust({name: entry["p"] for name, entry in family.items()})
     for name, entry in family.items():
         entry["p_holm"] = adjusted[name]
-        entry["verdict"] = verdict_text(entry, gate)
+        judge(entry, gate)
     return found
 
 

@@ -50,7 +50,7 @@ from edge_verl_lab.study import checks
 from edge_verl_lab.study.checks import ADVANTAGE_EXTREMES, GRAD_NORM
 from edge_verl_lab.study.mixture import part_markdown, part_summary, part_values
 from edge_verl_lab.study.protocol import deviation_table
-from edge_verl_lab.study.verdict import CONTRAST_HEADER, GATE_MARGIN, baseline_gate, contrast_cells, contrasts, verdict_text
+from edge_verl_lab.study.verdict import CONTRAST_HEADER, GATE_MARGIN, baseline_gate, contrast_cells, contrasts, judge
 
 CONFIDENCE = 0.95
 FORMAT = 1
@@ -507,7 +507,7 @@ def exact_verdicts(config: StudyConfig, runs: dict, methods: dict) -> dict:
     values = {method: {seed: v[PRIMARY_METRIC] for seed, v in found["per_seed"].items() if PRIMARY_METRIC in v} for method, found in methods.items()}
     found = contrasts(values, list(methods), CONFIDENCE)
     for entry in found["primary"] + found["further"]:
-        entry["verdict"] = verdict_text(entry, gate)
+        judge(entry, gate)
     errors = [run["heldout_sampled_se"] for run in runs.values() if run.get("heldout_sampled_se") is not None]
     task = tasks.get_task(config.task)
     parts = {"parts": part_summary(task, list(methods), runs, CONFIDENCE, gate)} if isinstance(task, tasks.Mixture) else {}

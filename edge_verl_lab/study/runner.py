@@ -120,7 +120,7 @@ def reevaluate(config: StudyConfig, method: str, seed: int) -> bool:
     """evaluation="exact", a finished run: evaluate its final weights again when its evaluation file is not this
     study's (another split or evaluation config; the training is not redone). Returns whether it did."""
     folder = config.run_folder(method, seed)
-    lengths = [None, config.own_length(method)] if config.own_length(method) else [None]
+    lengths = config.eval_lengths(method)
     if all(evaluation_is_current(config, folder / eval_file(length), length) for length in lengths):
         return False
     weights = final_weights(config.demo_config(method, seed))
@@ -195,9 +195,8 @@ def run_one(config: StudyConfig, method: str, seed: int, stream: TextIO, ray_add
         weights = final_weights(config.demo_config(method, seed))
         if not weights.is_dir():
             raise StudyError(f"run {config.run_name(method, seed)} saved no final weights at {weights}")
-        evaluate_model(config, weights, folder / EVAL_FILE)
-        if config.own_length(method) is not None:
-            evaluate_model(config, weights, folder / eval_file(config.own_length(method)), config.own_length(method))
+        for length in config.eval_lengths(method):
+            evaluate_model(config, weights, folder / eval_file(length), length)
     # the training's time and the commit that trained it (what the report states); finished: after the evaluation
     done = {"seconds": trained["seconds"], "finished": now(), "commit": trained.get("commit"), "modified": trained.get("modified")}
     if config.evaluation == "exact":

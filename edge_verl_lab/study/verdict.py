@@ -107,18 +107,37 @@ def contrasts(values: Mapping[str, PerSeed], methods: Sequence[str], confidence:
     return {"primary": primary, "further": further}
 
 
-def verdict_text(entry: dict, gate: GateResult, p_key: str = "p_holm", alpha: float = 0.05) -> str:
-    """One line per contrast: "uninformative (baseline did not learn)" when the gate failed; else above /
-    below when the (adjusted) p is below ``alpha``, or "no difference detected (MDD x)"."""
+def verdict_direction(entry: dict, gate: GateResult, p_key: str = "p_holm", alpha: float = 0.05) -> str:
+    """What a contrast concludes: "uninformative" when the gate failed; "undecided" without an interval (one
+    paired seed); "above" / "below" when the (adjusted) p is below ``alpha``; else "none" (no difference detected)."""
     if not gate.passed:
-        return "uninformative: the baseline did not learn"
+        return "uninformative"
     p = entry.get(p_key)
     if p is None:
-        return f"no interval ({entry['n']} paired seed)"
+        return "undecided"
     if p < alpha:
-        return f"{entry['method']} {'above' if entry['mean'] > 0 else 'below'} {entry['against']}"
+        return "above" if entry["mean"] > 0 else "below"
+    return "none"
+
+
+def verdict_text(entry: dict, gate: GateResult, p_key: str = "p_holm", alpha: float = 0.05) -> str:
+    """One line per contrast, from its ``verdict_direction``: "uninformative: the baseline did not learn", "no
+    interval (1 paired seed)", "<method> above / below <against>", or "no difference detected (MDD x)"."""
+    direction = verdict_direction(entry, gate, p_key, alpha)
+    if direction == "uninformative":
+        return "uninformative: the baseline did not learn"
+    if direction == "undecided":
+        return f"no interval ({entry['n']} paired seed)"
+    if direction in ("above", "below"):
+        return f"{entry['method']} {direction} {entry['against']}"
     mdd = entry.get("mdd")
     return "no difference detected" + (f" (detectable: |Δ| >= {mdd:.3f})" if mdd is not None else "")
+
+
+def judge(entry: dict, gate: GateResult) -> dict:
+    """Set a contrast's ``direction`` and ``verdict`` (read from its Holm-adjusted p); returns the entry."""
+    entry.update(direction=verdict_direction(entry, gate), verdict=verdict_text(entry, gate))
+    return entry
 
 
 def contrast_cells(entry: dict) -> list[str]:
