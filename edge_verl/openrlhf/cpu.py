@@ -18,14 +18,17 @@ for it here (each the narrowest substitute found, applied when the module is imp
   Ray collectives (which need the vLLM worker to be a Ray actor; vLLM's engine core is a process it spawns).
   Here ``stateless_init_process_group`` builds a gloo process group over the same address, port and ranks
   (vLLM's ``stateless_init_torch_distributed_process_group``) and broadcasts the same tensors, and the vLLM
-  worker receives them into CPU memory (``WorkerWrap.update_weight`` allocates on ``"cuda"``).
+  worker receives them into CPU memory (``WorkerWrap.update_weight`` allocates on ``"cuda"``). For the tests only,
+  ``EDGE_VERL_OPENRLHF_CPU_SKIP_WEIGHT_LOAD=1`` has the worker receive every tensor and load none: a run whose
+  vLLM samples from its initial weights, which shows that the weight-sync check can fail.
 - **vLLM's CPU GEMM.** vLLM's CPU build repacks every Linear weight after loading and drops the original,
   so a later ``load_weights`` (the weight sync) would change nothing it computes with: its torch fallback
   (``F.linear`` on the live weight) is used instead.
 
 Activation: every process of a run must have it, the vLLM engine-core processes included, so it is a
 ``sitecustomize`` (``edge_verl/openrlhf/cpu_site``): ``PYTHONPATH=<that folder> EDGE_VERL_OPENRLHF_CPU=1``
-(``environment()`` gives the variables). With a GPU present nothing is replaced.
+(``environment()`` gives the variables). Where CUDA is available, ``install`` replaces nothing at all (it prints
+that it did not): every substitute above assumes a machine without a GPU, so none is applied piecemeal.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from edge_verl.integration.post_import import when_imported
 
 ENV_VAR = "EDGE_VERL_OPENRLHF_CPU"
 GPUS_ENV_VAR = "EDGE_VERL_OPENRLHF_CPU_GPUS"
+SKIP_WEIGHT_LOAD_ENV_VAR = "EDGE_VERL_OPENRLHF_CPU_SKIP_WEIGHT_LOAD"  # a fault, for the tests
 SITE_DIR = Path(__file__).with_name("cpu_site")
 DEFAULT_GPUS = 4
 LOGICAL_CPUS = 8
@@ -77,8 +81,6 @@ class _KernelNotBuilt(types.ModuleType):
 
 
 def _patch_torch(torch: Any) -> None:
-    if torch.cuda.is_available():
-        return
     cuda = torch.cuda
     cuda.set_device = lambda device=None: None
     cuda.current_device = lambda: "cpu"
@@ -165,7 +167,8 @@ def update_weight(self, name, dtype, shape, empty_cache=False):
         collective.broadcast(weight, 0, group_name=self._model_update_group)
     else:
         self._model_update_group.broadcast(weight, src=0, stream=None)
-    self.model_runner.model.load_weights(weights=[(name, weight)])
+    if os.environ.get(SKIP_WEIGHT_LOAD_ENV_VAR) != "1":
+        self.model_runner.model.load_weights(weights=[(name, weight)])
     del weight
 
 
@@ -196,9 +199,21 @@ PATCHES = {
 }
 
 
-def install() -> None:
-    """Apply every substitution above in this process, each when its module is imported."""
+def cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def install() -> bool:
+    """Apply every substitution above in this process, each when its module is imported; where CUDA is
+    available, none (False)."""
+    if cuda_available():
+        print("edge_verl.openrlhf.cpu: CUDA is available, nothing replaced (EDGE_VERL_OPENRLHF_CPU is for machines "
+              "without a GPU)", file=sys.stderr)
+        return False
     sys.modules.setdefault("flash_attn_2_cuda", _KernelNotBuilt("flash_attn_2_cuda"))
     sys.modules["flash_attn.ops.triton.cross_entropy"] = None  # ImportError: OpenRLHF's torch fallback
     for name, patch in PATCHES.items():
         when_imported(name, patch)
+    return True

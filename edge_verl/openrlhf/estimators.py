@@ -25,6 +25,7 @@ other ``--algo.advantage.estimator`` OpenRLHF's own code runs unchanged.
   ``client_states`` every checkpoint stores, and restored from the checkpoint dict that
   ``restore_best_checkpoint_state`` receives on resume (sync and async trainers alike); resuming from a
   checkpoint without them is an error unless ``gepo.resume_without_state``.
+- ``dump.dir`` set: each computation's inputs, options and outputs are saved there (``dump_batch``).
 - evaluation: OpenRLHF's ``compute_eval_metrics`` (sync and async trainers) reduces the eval samples to pass@k,
   lengths and truncation, dropping every ``extra_logs`` value; ``keeping_plugin_logs`` keeps its logs and adds the mean over
   the eval samples of each of the plugin's (``edge_verl/...``: GEC's, which says it did not correct, and the
@@ -33,8 +34,10 @@ other ``--algo.advantage.estimator`` OpenRLHF's own code runs unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -47,6 +50,7 @@ ESTIMATORS = ("gepo", "edge_eda")
 GEPO_STATE_KEY = "edge_verl_gepo_thresholds"
 ENTROPY_METHOD = "edge_verl_token_entropy"
 THRESHOLDS_ATTRIBUTE = "edge_verl_gepo_thresholds"
+DUMP_COUNT_ATTRIBUTE = "edge_verl_dumped"
 PLUGIN_LOG_PREFIX = "edge_verl/"  # the names of the plugin's extra_logs (GEC executor, reward function)
 
 
@@ -128,6 +132,9 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
     mask = pad_columns([e.action_mask for e in experiences], width)
     group_index, num_groups = positions // n, len(positions) // n
     valid = torch.ones(len(positions), dtype=torch.bool)
+    dumped = {"estimator": estimator, "rewards": by_position.clone(), "positions": positions, "n": n, "mask": mask,
+              "sequences": [e.sequences for e in experiences], "attention_mask": [e.attention_mask for e in experiences],
+              "action_widths": [e.action_mask.shape[1] for e in experiences]}
     if estimator == "gepo":
         gepo = options.gepo
         source = (
@@ -135,8 +142,10 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
             if gepo.group_entropy == "token_entropy"
             else pad_columns([e.action_log_probs for e in experiences], width)
         )
+        thresholds = gepo_thresholds(maker, options)
+        dumped["thresholds_before"] = thresholds.state_dict()
         result = compute_gepo_advantages(
-            scores, source, mask, group_index, num_groups, valid, gepo_thresholds(maker, options),
+            scores, source, mask, group_index, num_groups, valid, thresholds,
             std_epsilon=gepo.std_epsilon, alpha_low=gepo.alpha_low, alpha_high=gepo.alpha_high,
             beta_low=gepo.beta_low, beta_high=gepo.beta_high, estimator=gepo.group_entropy, order=gepo.ema_order,
         )
@@ -148,14 +157,18 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
             "gepo/h_high": torch.full_like(outcome, result.h_high),
             "gepo/group_entropy": result.group_entropy.index_select(0, group_index),
         }
+        dumped.update(options=dataclasses.asdict(gepo), entropy_source=source, h_low=result.h_low, h_high=result.h_high,
+                      unshaped_outcome=result.outcome_advantages)
     else:
         eda = options.edge_eda
+        result_entropy = old_policy_token_entropy(maker, experiences, width)
         result = compute_eda_advantages(
-            scores, old_policy_token_entropy(maker, experiences, width), mask, group_index, num_groups, valid,
+            scores, result_entropy, mask, group_index, num_groups, valid,
             std_epsilon=eda.std_epsilon, entropy_epsilon=eda.entropy_epsilon, ratio_clamp=eda.ratio_clamp,
         )
         outcome = result.eda_outcome_advantages
         per_sample = {"edge_eda/response_entropy": result.response_entropy, "edge_eda/entropy_ratio": result.entropy_ratio}
+        dumped.update(options=dataclasses.asdict(eda), entropy_source=result_entropy)
     start = 0
     for experience, count in zip(experiences, counts):
         rows = slice(start, start + count)
@@ -168,7 +181,47 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
             experience.info[name] = values[rows].clone()
         experience.kl = None
         start += count
+    dump_batch(maker, options, {**dumped, "scores": scores, "outcome": outcome, "advantages": result.advantages,
+                                "group_reward_std": group_reward_std})
     return experiences
+
+
+def recompute_dumped(dumped: dict):
+    """A computation ``dump_batch`` saved, computed again by the pure function from the dump's own inputs, options
+    and (GEPO) thresholds before the step: its ``EdaResult`` / ``GepoResult``, rows in the dump's order."""
+    options, n, positions = dumped["options"], dumped["n"], dumped["positions"]
+    group_index, num_groups = positions // n, len(positions) // n
+    valid = torch.ones(len(positions), dtype=torch.bool)
+    inputs = (dumped["scores"], dumped["entropy_source"], dumped["mask"], group_index, num_groups, valid)
+    if dumped["estimator"] == "edge_eda":
+        return compute_eda_advantages(*inputs, std_epsilon=options["std_epsilon"], entropy_epsilon=options["entropy_epsilon"],
+                                      ratio_clamp=options["ratio_clamp"])
+    thresholds = GepoThresholds(gamma=options["gamma"], init=options["ema_init"])
+    thresholds.load_state_dict(dumped["thresholds_before"])
+    return compute_gepo_advantages(
+        *inputs, thresholds, std_epsilon=options["std_epsilon"], alpha_low=options["alpha_low"],
+        alpha_high=options["alpha_high"], beta_low=options["beta_low"], beta_high=options["beta_high"],
+        estimator=options["group_entropy"], order=options["ema_order"],
+    )
+
+
+def dump_batch(maker: Any, options: OpenRlhfOptions, payload: dict) -> Optional[Path]:
+    """With ``dump.dir``: ``payload`` saved as ``advantages_<k>.pt`` (k = 1, 2, ... the maker's computations).
+
+    Rows are in the order OpenRLHF's experiences hold them; ``positions`` maps each row to its sample's place in
+    the original order (group = position // n); ``rewards`` are by position, after the length penalties and
+    before the clamp, ``scores`` by row after it; ``sequences`` / ``attention_mask`` / ``action_widths`` per
+    experience (its actions are the last ``action_widths`` positions of its sequences). ``entropy_source`` is what the estimator read per token (EDA:
+    the old policy's token entropy; GEPO: that or the old log-probs, by ``group_entropy``)."""
+    folder = options.dump.dir
+    if not folder:
+        return None
+    count = getattr(maker, DUMP_COUNT_ATTRIBUTE, 0) + 1
+    setattr(maker, DUMP_COUNT_ATTRIBUTE, count)
+    path = Path(folder) / f"advantages_{count:05d}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+    return path
 
 
 def plugin_eval_logs(samples: Sequence[Any]) -> dict[str, float]:

@@ -17,16 +17,13 @@ response minus the injected span (``injected_loss=masked``: the phrase, the answ
 no policy gradient; the rewards, hence every advantage, are unchanged). ``sft`` and ``answer_source=placebo``
 have no OpenRLHF translation and are refused (``options.UNTRANSLATED_GEC``).
 
-What OpenRLHF does not tell an executor, and how it is found:
-- the group: the n calls of a prompt share one ``sampling_params`` object and the prompt; a call's sample
-  index is its arrival order, taken before the first ``await`` (gather starts its tasks in order); the
-  group id is the prompt's hash and how many times this engine has seen it (decisions are reproducible
-  for the same prompt-to-engine assignment). ``scope=all_wrong_groups`` waits for the n verdicts in the
-  executor's own ``algorithms.gec.GroupRendezvous`` (the n calls of a group run on this executor, as its
-  group ids are this executor's); n is ``gec.n_samples_per_prompt``.
-- training or evaluation: OpenRLHF evaluates through this executor with ``--eval.temperature``; a call whose
-  temperature is not ``gec.rollout_temperature`` is evaluation and is NEVER corrected (the launcher refuses
-  equal train and eval temperatures).
+What OpenRLHF does not tell an executor, and how it is found (``rollout_labels``): edge_verl's launcher sends
+every label as a ``RolloutLabel`` that says whether the call is evaluation (NEVER corrected, whatever the
+temperatures) and which training prompt of the run it samples; a label without that mark is refused. A group is
+named by its prompt's number and text, a response by its own tokens (``ResponseKeys``); decisions are keyed on
+those, never on arrival order or on which engine got the prompt. ``scope=all_wrong_groups`` waits for the n
+verdicts in the executor's own ``algorithms.gec.GroupRendezvous`` (OpenRLHF runs a prompt's n calls on one
+engine, whose executor this is); n is ``gec.n_samples_per_prompt``.
 Injected tokens have no rollout log-probs, so a run with ``--algo.advantage.is_correction_level`` on is refused.
 
 Returned ``extra_logs`` (numbers, the same names for every call): ``edge_verl/gec/{eval, corrected,
@@ -37,9 +34,7 @@ the grader health numbers of the final grading.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
-from collections import Counter
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -59,6 +54,7 @@ from edge_verl.algorithms.gec import (
 )
 from edge_verl.openrlhf.options import OpenRlhfGec, run_options
 from edge_verl.openrlhf.reward_func import grade_response, health_logs, label_parts
+from edge_verl.openrlhf.rollout_labels import ResponseKeys, prompt_digest, unwrap
 
 
 @dataclass(frozen=True)
@@ -85,13 +81,8 @@ class AgentExecutor(AgentExecutorBase):
 
     def __init__(self) -> None:
         options = run_options()
-        if options.gec is None:
-            raise ValueError(
-                f"edge_verl's GEC agent file needs a 'gec' section in the {options.source or 'EDGE_VERL_OPENRLHF'} "
-                "options file (at least n_samples_per_prompt and rollout_temperature)."
-            )
-        self.options: OpenRlhfGec = options.gec
-        self.gec = options.gec.config
+        self.options: OpenRlhfGec = options.gec or OpenRlhfGec()  # no section: GEC's defaults
+        self.gec = self.options.config
         self.reward = options.reward
         self.sampler = SingleTurnAgentExecutor()  # no reward endpoint: this executor grades
         # decide_correction's arguments that are the run's, not the call's
@@ -100,26 +91,8 @@ class AgentExecutor(AgentExecutorBase):
             "only_all_wrong_groups": self.gec.scope == "all_wrong_groups",
             "missing_solution": self.gec.missing_solution,
         }
-        self._entering: dict[tuple[int, str], list] = {}
-        self._seen: Counter = Counter()
+        self.response_keys = ResponseKeys()
         self.rendezvous = GroupRendezvous()
-
-    def _enter(self, prompt: str, sampling_params: Any) -> tuple[str, int]:
-        """(group id, sample index) of a training call; synchronous, so indices follow gather's order."""
-        key = (id(sampling_params), prompt)
-        entry = self._entering.get(key)
-        if entry is None:
-            digest = hashlib.sha256(prompt.encode("utf-8", errors="replace")).hexdigest()[:16]
-            self._seen[digest] += 1
-            entry = self._entering[key] = [f"{digest}:{self._seen[digest]}", 0]
-        uid, index = entry[0], entry[1]
-        entry[1] += 1
-        if entry[1] == self.options.n_samples_per_prompt:  # every sample of the group has entered
-            del self._entering[key]
-        return uid, index
-
-    def is_training(self, sampling_params: Any) -> bool:
-        return abs(float(sampling_params.temperature) - self.options.rollout_temperature) < 1e-9
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         if images:
@@ -129,8 +102,14 @@ class AgentExecutor(AgentExecutorBase):
                 "edge_verl's GEC executor writes tokens the policy did not sample, which have no rollout log-probs: "
                 "run with --algo.advantage.is_correction_level off."
             )
-        training = self.is_training(sampling_params)
-        uid, index = self._enter(prompt, sampling_params) if training else ("", 0)
+        label, mark = unwrap(label)
+        if mark is None:
+            raise ValueError(
+                "edge_verl's GEC agent file got a label without edge_verl's rollout mark: it runs under edge_verl's "
+                "launcher (python -m edge_verl.openrlhf.train_ppo_ray ...), whose trainer tells the executor which "
+                "calls are evaluation (never corrected) and which prompt of the run a call samples."
+            )
+        training = not mark.evaluation
         params = sampling_params
         if training and self.gec.first_sample_tokens is not None:  # room left in max_length for the correction
             params = deepcopy(sampling_params)
@@ -138,6 +117,7 @@ class AgentExecutor(AgentExecutorBase):
         started = time.perf_counter()
         output = await self.sampler.execute(prompt, label, params, max_length, hf_tokenizer, llm_engine)
         sample_seconds = time.perf_counter() - started
+        output["label"] = label
         (start, end), = output["action_ranges"]
         prompt_ids = list(output["observation_tokens"][:start])
         sampled = list(output["observation_tokens"][start:end])
@@ -148,14 +128,16 @@ class AgentExecutor(AgentExecutorBase):
         correct = first["score"] > self.gec.correct_threshold
         corrected, decision, group = None, None, [correct]
         if training:
+            uid = f"{mark.group}:{prompt_digest(prompt)}"
+            key = self.response_keys.key(uid, sampled, mark.size)
             if self.gec.scope == "all_wrong_groups":
                 group = await self.rendezvous.wait_for_group(
-                    uid, index, self.options.n_samples_per_prompt, correct, self.gec.group_timeout_s
+                    uid, key, mark.size, correct, self.gec.group_timeout_s
                 )
             _, answer, solution = label_parts(label)
             fits = self.gec.max_prompt_tokens is None or len(prompt_ids) < self.gec.max_prompt_tokens
             decision = decide_correction(
-                correct=correct, group_correct=group, rng=decision_rng(self.gec.seed, uid, index),
+                correct=correct, group_correct=group, rng=decision_rng(self.gec.seed, uid, *key),
                 has_answer=bool(answer), has_solution=bool(solution), prompt_fits=fits, **self.decision_options,
             )
             if decision.branch is not None:

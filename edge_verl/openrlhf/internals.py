@@ -35,12 +35,14 @@ SUBCLASSED: Table = {
     ("trainer/ppo_trainer.py", "compute_eval_metrics"): ("eval_dataloader", "samples_list", "n_samples_per_prompt"),
     ("trainer/ppo_trainer_async.py", "PPOTrainerAsync.__init__"): ("self", "pretrain", "strategy"),
     ("trainer/ppo_trainer_async.py", "TrainingActor.__init__"): ("self", "pretrain", "strategy"),
+    ("trainer/ppo_trainer_async.py", "GenerateSamplesActor.__init__"): ("self", "pretrain", "strategy"),
     ("trainer/ppo_trainer_async.py", "GenerateSamplesActor._run_eval"): ("self",),
+    ("trainer/ppo_utils/samples_generator.py", "SamplesGenerator.generate_eval_samples"): ("self",),
+    ("trainer/ppo_utils/samples_generator.py", "SamplesGenerator._dispatch_prompts_to_vllm"): ("self", "prompts", "labels", "images"),
     ("trainer/ray/ppo_actor.py", "PolicyModelActor"): (),
     ("utils/config.py", "hierarchize"): ("args",),
 }
 GLOBALS: Mapping[tuple[str, str], tuple[str, ...]] = {
-    ("trainer/ppo_trainer.py", "BasePPOTrainer.__init__"): ("RemoteExperienceMaker",),
     ("trainer/ppo_trainer.py", "PPOTrainer.evaluate"): ("compute_eval_metrics",),
     ("trainer/ppo_trainer_async.py", "GenerateSamplesActor._run_eval"): ("compute_eval_metrics",),
     ("trainer/ppo_trainer_async.py", "PPOTrainerAsync.__init__"): ("TrainingActor", "GenerateSamplesActor"),

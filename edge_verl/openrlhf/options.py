@@ -9,13 +9,17 @@ runs. Without the launcher, set either variable where Ray starts its workers.
 
 Layout (every section optional; unknown keys are errors that name the allowed ones):
   {"reward":   {"format_policy": "strict", "timeout_s": 5, "wait_s": 120},
-   "gec":      {... GecConfig's fields (``enable`` is implied by using the agent file) ...,
-                "n_samples_per_prompt": 8, "rollout_temperature": 0.6},
+   "gec":      {... GecConfig's fields (``enable`` is implied by using the agent file) ...},
    "gepo":     {... GepoConfig's fields ...},
-   "edge_eda": {... EdaConfig's fields ...}}
-``gec.n_samples_per_prompt`` and ``gec.rollout_temperature`` are OpenRLHF's: its executor is told neither the
-group size nor whether a call is training or evaluation, so they must equal ``--rollout.n_samples_per_prompt``
-and ``--rollout.temperature`` (the launcher checks), and ``--eval.temperature`` must differ from the latter.
+   "edge_eda": {... EdaConfig's fields ...},
+   "dump":     {"dir": "/abs/path"}}
+``dump.dir`` (default none: off): the trainer writes each advantage computation of ``gepo`` / ``edge_eda`` there
+(``advantages_<k>.pt``: its inputs, the options it ran with and its outputs; ``estimators.dump_batch``), for
+checking a run offline against the pure functions. A path on the trainer's node; about (B, A) float32 tensors a step.
+The GEC agent file without a ``gec`` section runs GEC's defaults (the paper's). The executor learns the group size
+and whether a call is evaluation from the launcher's rollout labels (``rollout_labels``); ``gec.n_samples_per_prompt``
+and ``gec.rollout_temperature``, which earlier versions needed, are still accepted and must then equal
+``--rollout.n_samples_per_prompt`` and ``--rollout.temperature`` (the launcher checks).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from edge_verl.reward.score import FORMAT_POLICIES
 
 ENV_VAR = "EDGE_VERL_OPENRLHF"
 CONTENT_ENV_VAR = "EDGE_VERL_OPENRLHF_OPTIONS"
-SECTIONS = ("reward", "gec", "gepo", "edge_eda")
+SECTIONS = ("reward", "gec", "gepo", "edge_eda", "dump")
 
 
 def _positive_or_none(owner: str, name: str, value: Any) -> Optional[float]:
@@ -68,6 +72,17 @@ class RewardOptions:
         return {"format_policy": self.format_policy, "timeout_s": self.timeout_s, "wait_s": self.wait_s}
 
 
+@dataclass(frozen=True)
+class DumpOptions:
+    """``dump.dir``: where the trainer writes each advantage computation (None: nowhere)."""
+
+    dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.dir is not None and (not isinstance(self.dir, str) or not self.dir):
+            raise ValueError(f"dump.dir={self.dir!r} must be a non-empty path, or absent")
+
+
 # GecConfig controls that have no OpenRLHF translation, with the reason given when they are asked for.
 UNTRANSLATED_GEC = {
     ("injected_loss", "sft"): "OpenRLHF's actor loss has no second (NLL) term to add; use surrogate or masked",
@@ -77,19 +92,19 @@ UNTRANSLATED_GEC = {
 
 @dataclass(frozen=True)
 class OpenRlhfGec:
-    """GEC as the OpenRLHF agent executor runs it: ``config`` (GecConfig, validated as for verl) plus the two
-    facts OpenRLHF does not pass to an executor: the group size and the training temperature."""
+    """GEC as the OpenRLHF agent executor runs it: ``config`` (GecConfig, validated as for verl), and optionally the
+    run's group size and training temperature, which the launcher then checks against the run's."""
 
-    config: GecConfig
-    n_samples_per_prompt: int
-    rollout_temperature: float
+    config: GecConfig = field(default_factory=lambda: GecConfig(enable=True))
+    n_samples_per_prompt: Optional[int] = None
+    rollout_temperature: Optional[float] = None
 
     def __post_init__(self) -> None:
         n = self.n_samples_per_prompt
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"gec.n_samples_per_prompt={n!r} must be an integer >= 1 (= --rollout.n_samples_per_prompt)")
         t = self.rollout_temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0):
             raise ValueError(f"gec.rollout_temperature={t!r} must be a finite number >= 0 (= --rollout.temperature)")
         for (name, value), why in UNTRANSLATED_GEC.items():
             if getattr(self.config, name) == value:
@@ -97,18 +112,10 @@ class OpenRlhfGec:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "OpenRlhfGec":
-        values = dict(values)
+        values = dict(values or {})
         own = {"n_samples_per_prompt", "rollout_temperature"}
-        allowed = own | {f.name for f in fields(GecConfig)} - {"enable"}
-        _check_keys("gec", values, allowed)
-        missing = sorted(own - set(values))
-        if missing:
-            raise ValueError(
-                f"{ENV_VAR} gec needs {missing}: OpenRLHF tells its agent executor neither the group size nor "
-                "whether a call is training or evaluation (set them to --rollout.n_samples_per_prompt and "
-                "--rollout.temperature)."
-            )
-        n, temperature = values.pop("n_samples_per_prompt"), values.pop("rollout_temperature")
+        _check_keys("gec", values, own | {f.name for f in fields(GecConfig)} - {"enable"})
+        n, temperature = values.pop("n_samples_per_prompt", None), values.pop("rollout_temperature", None)
         return cls(GecConfig.from_mapping({**values, "enable": True}), n, temperature)
 
 
@@ -120,6 +127,7 @@ class OpenRlhfOptions:
     gec: Optional[OpenRlhfGec] = None
     gepo: GepoConfig = field(default_factory=GepoConfig)
     edge_eda: EdaConfig = field(default_factory=EdaConfig)
+    dump: DumpOptions = field(default_factory=DumpOptions)
     source: str = ""
 
     @classmethod
@@ -130,11 +138,14 @@ class OpenRlhfOptions:
         reward = values.get("reward") or {}
         _check_keys("reward", reward, {f.name for f in fields(RewardOptions)})
         gec = values.get("gec")
+        dump = values.get("dump") or {}
+        _check_keys("dump", dump, {f.name for f in fields(DumpOptions)})
         return cls(
             reward=RewardOptions(**reward),
             gec=None if gec is None else OpenRlhfGec.from_mapping(gec),
             gepo=GepoConfig.from_mapping(values.get("gepo")),
             edge_eda=EdaConfig.from_mapping(values.get("edge_eda")),
+            dump=DumpOptions(**dump),
             source=source,
         )
 

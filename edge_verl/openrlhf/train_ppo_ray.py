@@ -27,35 +27,27 @@ from typing import Any, Iterator, Optional, Sequence
 
 from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
-from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
+from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, uses_gec_agent
+from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfGec, OpenRlhfOptions, options_text, run_options
 
-GEC_AGENT_FILE = str(Path(__file__).with_name("gec_agent.py"))
 REWARD_FILE = str(Path(__file__).with_name("reward_func.py"))
 
 
 def check_gec_args(args: Any, options: OpenRlhfOptions) -> None:
-    """With edge_verl's GEC agent file: the options file agrees with the run, and evaluation is recognisable."""
-    agent = args.train.agent_func_path
-    if not agent or Path(agent).resolve() != Path(GEC_AGENT_FILE).resolve():
+    """With edge_verl's GEC agent file: what the options file says of the run agrees with it. Evaluation needs no
+    check: the trainer marks its calls (``rollout_labels``), at any temperature."""
+    if not uses_gec_agent(args):
         return
-    gec = options.gec
-    if gec is None:
-        raise ValueError(f"--train.agent_func_path {agent} needs a 'gec' section in the {ENV_VAR} options file.")
-    if gec.n_samples_per_prompt != args.rollout.n_samples_per_prompt:
+    gec = options.gec or OpenRlhfGec()
+    if gec.n_samples_per_prompt is not None and gec.n_samples_per_prompt != args.rollout.n_samples_per_prompt:
         raise ValueError(
             f"{ENV_VAR} gec.n_samples_per_prompt={gec.n_samples_per_prompt} but --rollout.n_samples_per_prompt="
-            f"{args.rollout.n_samples_per_prompt}: they must be equal (the group rendezvous waits for that many)."
+            f"{args.rollout.n_samples_per_prompt}: drop the option (the executor is told the group size) or make them equal."
         )
-    if abs(gec.rollout_temperature - args.rollout.temperature) > 1e-9:
+    if gec.rollout_temperature is not None and abs(gec.rollout_temperature - args.rollout.temperature) > 1e-9:
         raise ValueError(
             f"{ENV_VAR} gec.rollout_temperature={gec.rollout_temperature} but --rollout.temperature="
-            f"{args.rollout.temperature}: they must be equal (GEC corrects only calls at the training temperature)."
-        )
-    if args.eval.dataset and abs(args.eval.temperature - args.rollout.temperature) < 1e-9:
-        raise ValueError(
-            f"--eval.temperature={args.eval.temperature} equals --rollout.temperature: OpenRLHF evaluates through the "
-            "agent executor with no train/eval flag, and GEC tells evaluation (never corrected) by its temperature. "
-            "Use a different --eval.temperature (the paper: 0.6 training, 0.1 evaluation)."
+            f"{args.rollout.temperature}: drop the option (no longer needed) or make them equal."
         )
     if args.algo.advantage.is_correction_level != "off":
         raise ValueError(

@@ -9,7 +9,14 @@ the weight sync's transport (gloo where OpenRLHF uses NCCL; the same tensors, ra
 named in the test id: ``real-ray-vllm_cpu-deepspeed_cpu-gloo_weight_sync``.
 
 The model is the demo's tiny Qwen2 on its copy task (warm-started: a few answers right), the data that task's
-problems as OpenRLHF rows (``{"prompt": chat, "label": {"answer", "solution"}}``).
+problems as OpenRLHF rows (``{"prompt": chat, "label": {"answer", "solution"}}``), and the five benchmarks'
+evaluation files as the data command writes them, cut to their two shortest problems each.
+
+Each assertion that checks a feature was seen to fail without it (the closing note of the change says how):
+the options by content (the dumped options), EDA's advantages (recomputed from the run's dumped batch), the
+old policy's entropy (recomputed by transformers from the initial model), the weight sync (a run whose vLLM
+never loads the synced weights, ``cpu.SKIP_WEIGHT_LOAD_ENV_VAR``), evaluation per benchmark and evaluation never
+corrected at the training temperature.
 """
 
 from __future__ import annotations
@@ -22,8 +29,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
+from edge_verl.data import PAPER_EVAL, read_records, shipped_file
 from edge_verl.openrlhf import cpu
+from edge_verl.openrlhf.data import openrlhf_row
+from edge_verl.openrlhf.estimators import recompute_dumped
 from edge_verl.openrlhf.train_ppo_ray import GEC_AGENT_FILE, REWARD_FILE
 from edge_verl_lab.demo import task
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
@@ -34,6 +45,7 @@ REAL = "real-ray-vllm_cpu-deepspeed_cpu-gloo_weight_sync"
 N = 8  # responses per prompt
 PROMPTS_PER_STEP = 2
 STEP = re.compile(r"Global step (\d+): (\{.*\})")
+EVALUATION = re.compile(r"Evaluation completed in .*?eval_metrics: (\{.*\})")
 RESTORED = re.compile(r"edge_verl: GEPO thresholds restored at global_step (\d+): (\{.*\})")
 
 
@@ -62,12 +74,20 @@ def build_inputs(folder: Path, max_positions: int | None = None) -> dict:
                                                         "solution": row["extra_info"]["solution"]}}) + "\n"
         for row in rows
     ))
-    return {"model": model, "data": data}
+    evaluation = []
+    for name in PAPER_EVAL:  # the data command's rows (edge_verl.openrlhf.data), the two shortest problems
+        records = sorted(read_records(shipped_file("eval", name)), key=lambda record: len(record["problem"]))[:2]
+        evaluation.append(folder / "eval" / f"{name}.jsonl")
+        evaluation[-1].parent.mkdir(exist_ok=True)
+        evaluation[-1].write_text("".join(json.dumps(openrlhf_row(r["problem"], r["answer"], datasource=name, with_solution=False)) + "\n"
+                                          for r in records))
+    return {"model": model, "data": data, "eval": evaluation}
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    return build_inputs(tmp_path_factory.mktemp("openrlhf_inputs"))
+    # positions raised for the benchmarks' prompts (vLLM's max_model_len)
+    return build_inputs(tmp_path_factory.mktemp("openrlhf_inputs"), max_positions=2048)
 
 
 def launcher_arguments(inputs, out: Path, estimator: str, steps: int, *extra: str) -> list[str]:
@@ -91,26 +111,54 @@ def launcher_arguments(inputs, out: Path, estimator: str, steps: int, *extra: st
     return arguments
 
 
-def cpu_environment(options_file: Path | None = None) -> dict[str, str]:
+def cpu_environment(options_file: Path | None = None, **extra: str) -> dict[str, str]:
     env = {**os.environ, **cpu.environment(gpus=2), "PATH": f"{VENV_PYTHON.parent}{os.pathsep}{os.environ['PATH']}"}
-    for name in ("EDGE_VERL_OPENRLHF", "EDGE_VERL_OPENRLHF_OPTIONS", "VIRTUAL_ENV", "RAY_ADDRESS"):
+    for name in ("EDGE_VERL_OPENRLHF", "EDGE_VERL_OPENRLHF_OPTIONS", "VIRTUAL_ENV", "RAY_ADDRESS", cpu.SKIP_WEIGHT_LOAD_ENV_VAR):
         env.pop(name, None)
-    return {**env, "EDGE_VERL_OPENRLHF": str(options_file)} if options_file else env
+    return {**env, **extra, **({"EDGE_VERL_OPENRLHF": str(options_file)} if options_file else {})}
 
 
-def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str) -> dict:
+def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str, env: dict | None = None) -> dict:
     """One ``python -m edge_verl.openrlhf.train_ppo_ray`` run of ``steps`` steps in OpenRLHF's environment; its
-    log and the metrics OpenRLHF logged per step."""
+    log and the metrics OpenRLHF logged per step (``env``: variables added to the run's environment)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "options.json").write_text(json.dumps(options))
     command = [str(VENV_PYTHON), "-m", "edge_verl.openrlhf.train_ppo_ray",
                *launcher_arguments(inputs, out, estimator, steps, *extra)]
-    result = subprocess.run(command, env=cpu_environment(out / "options.json"), cwd=out, capture_output=True,
+    result = subprocess.run(command, env=cpu_environment(out / "options.json", **(env or {})), cwd=out, capture_output=True,
                             text=True, timeout=900)
     log = result.stdout + result.stderr
     (out / "train.log").write_text(log)
     assert result.returncode == 0, log[-8000:]
     return {"log": log, "metrics": step_metrics(log)}
+
+
+def dumps(folder: Path) -> list[dict]:
+    """The advantage computations a run dumped (``dump.dir``), in order."""
+    return [torch.load(path, weights_only=False) for path in sorted(folder.glob("advantages_*.pt"))]
+
+
+def group_std(dumped: dict) -> float:
+    """The mean over samples of the unbiased std of each sample's group rewards (OpenRLHF's group_reward_std)."""
+    return dumped["rewards"].reshape(-1, dumped["n"]).std(-1).mean().item()
+
+
+def initial_model_entropy(model: Path, dumped: dict, temperature: float) -> torch.Tensor:
+    """(rows, width) token entropy of the initial model at ``temperature`` (transformers, float32) on the dumped
+    sequences, laid out like the run's (OpenRLHF's Actor.forward: positions from the attention mask, logits of
+    every position but the last, the action tail masked)."""
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32).eval()
+    rows, width = dumped["mask"].shape
+    entropy, start = torch.zeros(rows, width), 0
+    with torch.no_grad():
+        for sequences, attention, actions in zip(dumped["sequences"], dumped["attention_mask"], dumped["action_widths"]):
+            positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
+            logits = policy(input_ids=sequences, attention_mask=attention, position_ids=positions).logits[:, :-1] / temperature
+            entropy[start : start + len(sequences), :actions] = torch.distributions.Categorical(logits=logits).entropy()[:, -actions:]
+            start += len(sequences)
+    return entropy * dumped["mask"]
 
 
 def saved_thresholds(out: Path, step: int) -> dict:
@@ -144,32 +192,64 @@ def test_gepo_trains_two_steps_checkpoints_and_resumes_with_its_thresholds(input
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_edge_eda_trains_and_the_weight_sync_carries_the_trained_weights(inputs, tmp_path, parts):
+def test_edge_eda_is_edas_function_of_the_runs_own_batch_and_the_weight_sync_carries_the_trained_weights(inputs, tmp_path, parts):
     # OpenRLHF's rollout correction (--algo.advantage.is_correction_level token) has vLLM return the sampled
     # tokens' log-probs and logs vllm_kl = mean(vLLM's log-prob - the trainer's old-policy log-prob) at each step.
-    # Measured (GEPO, lr 1e-3, 4 steps): |vllm_kl| <= 2.5e-4 with the weights synced after each update, and
-    # 0.015, 0.054, 0.060 at steps 2-4 when vLLM skipped the synced weights (load_weights not called)
-    run = train(inputs, tmp_path / "eda", "edge_eda", 2, {"edge_eda": {"entropy_gradient": False}},
-                "--algo.advantage.is_correction_level", "token")
-    first, second = run["metrics"][1], run["metrics"][2]
-    # EDA's old-policy entropy comes from the real policy actors (edge_verl_token_entropy, a second forward)
-    assert first["edge_eda/response_entropy"] > 0 and first["edge_eda/entropy_ratio"] > 0
-    assert "group_reward_std" in first
-    assert first["actor_grad_norm"] > 0, first  # step 1 moved the policy ...
-    assert abs(second["vllm_kl"]) < 3e-3, second  # ... and vLLM sampled step 2 from the moved policy
+    # The same two EDA steps twice: weights synced after step 1, and never loaded by vLLM (cpu.SKIP_WEIGHT_LOAD_ENV_VAR).
+    def run(name, env=None):
+        out = tmp_path / name
+        options = {"edge_eda": {"entropy_gradient": False}, "dump": {"dir": str(out / "dump")}}
+        return train(inputs, out, "edge_eda", 2, options, "--algo.advantage.is_correction_level", "token", env=env), out
+
+    synced, out = run("eda")
+    batches = dumps(out / "dump")
+    assert len(batches) == 2 and all(batch["estimator"] == "edge_eda" for batch in batches)
+    for step, batch in zip((1, 2), batches):
+        logged = synced["metrics"][step]
+        # the advantages the run trained on are EDA's of the run's own rewards, groups and entropies
+        result = recompute_dumped(batch)
+        torch.testing.assert_close(batch["advantages"], result.advantages)
+        grpo = result.outcome_advantages[:, None] * batch["mask"]  # the same batch's advantages without EDA
+        assert not grpo.any() or not torch.allclose(batch["advantages"], grpo), step  # the entropies weighed them
+        # OpenRLHF's group_reward_std is the std of the rewards' own groups
+        assert logged["group_reward_std"] == pytest.approx(group_std(batch), rel=1e-4, abs=1e-6)
+    # step 1's entropies are the initial model's (DeepSpeed bf16 in the run, transformers float32 here)
+    first = batches[0]
+    recomputed = initial_model_entropy(inputs["model"], first, temperature=1.0)
+    tokens = first["mask"].bool()
+    difference = (first["entropy_source"] - recomputed)[tokens].abs()
+    assert difference.mean() < 0.02 and difference.max() < 0.15, (difference.mean(), difference.max())
+    assert synced["metrics"][1]["actor_grad_norm"] > 0  # step 1 moved the policy
+
+    skipped, _ = run("eda_unsynced", env={cpu.SKIP_WEIGHT_LOAD_ENV_VAR: "1"})
+    kl_synced, kl_skipped = abs(synced["metrics"][2]["vllm_kl"]), abs(skipped["metrics"][2]["vllm_kl"])
+    # vLLM sampled step 2 from the moved policy: |vllm_kl| far below the run that never loaded the weights
+    assert kl_synced < 3e-3 < kl_skipped, (kl_synced, kl_skipped)
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_edge_gec_through_the_agent_file_with_eda_corrects_and_trains_one_step(inputs, tmp_path, parts):
-    # EDGE-GRPO whole: GEC (the agent file) corrects wrong responses, EDA weighs the advantages
-    options = {"gec": {"n_samples_per_prompt": N, "rollout_temperature": 1.0}, "edge_eda": {"entropy_gradient": False}}
-    run = train(inputs, tmp_path / "edge", "edge_eda", 1, options, "--train.agent_func_path", GEC_AGENT_FILE)
+def test_edge_gec_corrects_training_never_evaluation_and_evaluates_each_benchmark(inputs, tmp_path, parts):
+    # EDGE-GRPO whole: GEC (the agent file) corrects wrong responses, EDA weighs the advantages; evaluation on the
+    # five benchmarks' files AT THE TRAINING TEMPERATURE: the trainer marks evaluation, the temperature does not
+    options = {"gec": {}, "edge_eda": {"entropy_gradient": False}}  # the group size and evaluation: told by the trainer
+    run = train(inputs, tmp_path / "edge", "edge_eda", 1, options, "--train.agent_func_path", GEC_AGENT_FILE,
+                "--eval.dataset", ",".join(map(str, inputs["eval"])), "--eval.steps", "1", "--eval.temperature", "1.0",
+                "--eval.n_samples_per_prompt", "2")
     logged = run["metrics"][1]
-    assert logged["edge_verl/gec/eval"] == 0  # training calls, told by the temperature
+    assert logged["edge_verl/gec/eval"] == 0  # training calls
     assert logged["edge_verl/gec/corrected"] > 0 and logged["edge_verl/gec/injected_tokens"] > 0, logged
     assert logged["reward"] > logged["edge_verl/gec/original_score"], logged  # the corrections were graded right
     assert logged["edge_eda/response_entropy"] > 0 and logged["actor_grad_norm"] > 0, logged
     assert "edge_verl/grader/caller" in logged
+    evaluations = EVALUATION.findall(run["log"])
+    assert len(evaluations) == 1, "no evaluation ran"
+    evaluated = ast.literal_eval(evaluations[0])
+    # each benchmark under its own name (the rows' datasource), none under OpenRLHF's default
+    assert {f"eval_{name}_pass1" for name in PAPER_EVAL} <= set(evaluated), evaluated
+    assert not any(key.startswith("eval_default") for key in evaluated), evaluated
+    # every evaluation call marked, none corrected, though wrong answers abound (the tiny copy model on benchmarks)
+    assert evaluated["edge_verl/gec/eval"] == 1 and evaluated["edge_verl/gec/corrected"] == 0, evaluated
+    assert evaluated["edge_verl/gec/original_score"] < 1, evaluated
 
 
 @pytest.mark.parametrize("parts", [REAL])
@@ -193,7 +273,7 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     # job's runtime_env (the submitting shell's environment does not reach the driver)
     out = tmp_path / "job"
     out.mkdir()
-    (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}}))
+    (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}, "dump": {"dir": str(out / "dump")}}))
     env = cpu_environment()
     ray = [str(VENV_PYTHON.parent / "ray")]
     started = subprocess.run([*ray, "start", "--head", "--num-gpus", "2", "--num-cpus", "8", "--include-dashboard",
@@ -215,3 +295,12 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     metrics = step_metrics(log)
     assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
     assert saved_thresholds(out, 2)["num_updates"] == 2  # edge_verl's trainer subclass ran in the job
+    # the trainer ran with the file's alpha_low (the paper's is 0.5): what it computed is GEPO's at 0.6, step by step
+    batches = dumps(out / "dump")
+    assert [batch["options"]["alpha_low"] for batch in batches] == [0.6, 0.6]
+    for step, batch in zip((1, 2), batches):
+        result = recompute_dumped(batch)
+        torch.testing.assert_close(batch["advantages"], result.advantages)
+        attenuated = result.positive_attenuated
+        torch.testing.assert_close(batch["outcome"][attenuated], 0.6 * batch["unshaped_outcome"][attenuated])
+        assert metrics[step]["gepo/h_low"] == pytest.approx(batch["h_low"], rel=1e-5)

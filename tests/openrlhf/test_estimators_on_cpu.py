@@ -193,6 +193,24 @@ def test_edge_eda_equals_algorithms_with_the_actor_entropy(orl):
     assert not torch.equal(expected.advantages, expected.outcome_advantages[:, None] * mask)  # entropy mattered
 
 
+def test_dump_dir_saves_each_computation_with_its_inputs_and_options(orl, tmp_path):
+    for estimator, section in (("edge_eda", {"ratio_clamp": [0.2, 5.0]}), ("gepo", {"alpha_low": 0.6})):
+        folder = tmp_path / estimator
+        orl.options({estimator: section, "dump": {"dir": str(folder)}})
+        maker = orl.make(estimator)
+        for seed in (1, 2):
+            maker.compute_advantages_and_returns(random_step(orl.Experience, seed=seed))
+        assert sorted(path.name for path in folder.iterdir()) == ["advantages_00001.pt", "advantages_00002.pt"]
+        for name in ("advantages_00001.pt", "advantages_00002.pt"):  # the second GEPO step from the dumped thresholds
+            dumped = torch.load(folder / name, weights_only=False)
+            torch.testing.assert_close(dumped["advantages"], estimators.recompute_dumped(dumped).advantages)
+            assert {key: dumped["options"][key] for key in section} == {k: (tuple(v) if isinstance(v, list) else v) for k, v in section.items()}
+            # rewards by position, rows by experience: the same samples
+            assert torch.equal(dumped["rewards"][dumped["positions"]], dumped["scores"])
+        if estimator == "gepo":
+            assert dumped["thresholds_before"]["num_updates"] == 1
+
+
 def test_reward_clamp_applies_to_rewards_not_advantages(orl):
     # Rewards [20, 0, 0, 0] clamped to (-10, 10) -> [10, 0, 0, 0]; GRPO A of the first = 7.5 / std = 7.5 / 5 = 1.5.
     # EDA then divides by P_hat; a low-entropy response's |A| may exceed 10 and is NOT capped (OpenRLHF's clamp would).

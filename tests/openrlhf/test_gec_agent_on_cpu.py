@@ -12,7 +12,7 @@ import pytest
 
 from edge_verl.algorithms.gec import ANSWER_TEMPLATE, REFLECTION_PHRASE
 from edge_verl.openrlhf.options import ENV_VAR
-from edge_verl.openrlhf.train_ppo_ray import GEC_AGENT_FILE
+from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, RolloutLabel
 
 PROMPT = "Q: 2+2? A:"
 OTHER = "Q: 3+3? A:"
@@ -55,14 +55,19 @@ def engine(openrlhf_modules, tmp_path, monkeypatch):
     return make
 
 
-def run(actor, tokenizer, prompts_labels, temperature=0.6, logprobs=None):
-    """Each (prompt, label) as one ``generate_responses`` call (one Ray call), all concurrent on the actor."""
+def run(actor, tokenizer, prompts_labels, temperature=0.6, logprobs=None, evaluation=False, mark=True):
+    """Each (prompt, label) as one ``generate_responses`` call (one Ray call), all concurrent on the actor; the
+    labels marked as the launcher's samples generator marks them (the i-th training prompt, or evaluation)."""
+
+    def label_of(i, label):
+        return RolloutLabel(label, evaluation, -1 if evaluation else i, 4) if mark else label
 
     async def calls():
         return await asyncio.gather(*[
-            actor.generate_responses(prompt, label, SimpleNamespace(temperature=temperature, max_tokens=None, logprobs=logprobs),
+            actor.generate_responses(prompt, label_of(i, label),
+                                     SimpleNamespace(temperature=temperature, max_tokens=None, logprobs=logprobs),
                                      200, tokenizer, num_samples=4)
-            for prompt, label in prompts_labels
+            for i, (prompt, label) in enumerate(prompts_labels)
         ])
 
     return asyncio.run(calls())
@@ -123,13 +128,42 @@ def test_all_wrong_group_scope_corrects_only_groups_without_a_correct_answer(eng
     assert [o["reward"] for o in all_wrong] == [1.0] * 4
 
 
-def test_evaluation_is_never_corrected(engine, tokenizer):
+def test_evaluation_is_never_corrected_at_any_temperature(engine, tokenizer):
+    for temperature in (0.6, 0.1):  # the training temperature too: the mark decides, not the temperature
+        actor = engine({"probabilities": [0, 1, 0]}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+        (outputs,) = run(actor, tokenizer, [(PROMPT, "4")], temperature=temperature, evaluation=True)
+        assert [response_text(o, tokenizer) for o in outputs] == ["\\boxed{5}<|im_end|>"] * 4
+        assert [o["reward"] for o in outputs] == [0.0] * 4
+        assert [o["extra_logs"]["edge_verl/gec/eval"] for o in outputs] == [1.0] * 4
+        assert [o["label"] for o in outputs] == ["4"] * 4  # OpenRLHF's echo is the dataset's label
+        assert len(actor.llm.calls) == 4  # no continuation asked for
+    # the same call marked as training is corrected (inject_answer with probability 1)
     actor = engine({"probabilities": [0, 1, 0]}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
-    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")], temperature=0.1)  # --eval.temperature
-    assert [response_text(o, tokenizer) for o in outputs] == ["\\boxed{5}<|im_end|>"] * 4
-    assert [o["reward"] for o in outputs] == [0.0] * 4
-    assert [o["extra_logs"]["edge_verl/gec/eval"] for o in outputs] == [1.0] * 4
-    assert len(actor.llm.calls) == 4  # no continuation asked for
+    (outputs,) = run(actor, tokenizer, [(PROMPT, "4")], temperature=0.6)
+    assert [o["reward"] for o in outputs] == [1.0] * 4
+
+
+def test_an_unmarked_label_is_refused(engine, tokenizer):
+    actor = engine({}, {PROMPT: ["\\boxed{5}"] * 4}, tokenizer)
+    with pytest.raises(ValueError, match="without edge_verl's rollout mark"):
+        run(actor, tokenizer, [(PROMPT, "4")], mark=False)
+
+
+def test_decisions_follow_the_responses_not_their_arrival_order(engine, tokenizer):
+    # The same four responses arriving in two orders: each response gets the same decision (keyed on the group's
+    # prompt number and the response's own tokens), so the group's corrected set is the same.
+    def decisions(order):
+        actor = engine({"probabilities": [0.5, 0.5, 0]}, {PROMPT: order}, tokenizer)
+        (outputs,) = run(actor, tokenizer, [(PROMPT, "4")])
+        return sorted((response_text(o, tokenizer)[:len(order[0])], o["extra_logs"]["edge_verl/gec/corrected_regenerate"],
+                       o["extra_logs"]["edge_verl/gec/corrected_inject_answer"]) for o in outputs), actor
+    responses = ["\\boxed{5}", "\\boxed{6}", "\\boxed{7}", "\\boxed{8}"]
+    forward, actor = decisions(responses)
+    backward, _ = decisions(responses[::-1])
+    assert forward == backward
+    assert [sampled for sampled, *_ in forward] == sorted(responses)  # each response's own decision, in both orders
+    assert {tuple(branch) for _, *branch in forward} == {(1.0, 0.0), (0.0, 1.0)}  # both branches drawn
+    assert actor.executor.response_keys.open_groups == frozenset()  # every group's record dropped once named
 
 
 def test_decisions_are_reproducible_and_rollout_log_probs_are_refused(engine, tokenizer):
@@ -184,3 +218,51 @@ def test_a_slow_grade_does_not_hold_up_another_request_s_generation_on_the_same_
     first, second = run(actor, tokenizer, [(PROMPT, "4"), (OTHER, "6")])
     assert waited == [True] * 4, "OTHER's generation finished while PROMPT's grades were in progress"
     assert [o["reward"] for o in first + second] == [1.0] * 8
+
+
+def test_openrlhfs_samples_generator_marks_evaluation_and_numbers_training_prompts(openrlhf_modules, monkeypatch):
+    """OpenRLHF's own SamplesGenerator (generate_samples, generate_eval_samples, _generate_vllm, the dispatch) under
+    the launcher's LabellingRollouts, with one scripted engine: what each generate_responses call receives."""
+    import sys
+
+    from edge_verl.openrlhf import actors
+    from edge_verl.openrlhf.rollout_labels import LabellingRollouts
+
+    samples = openrlhf_modules("openrlhf.trainer.ppo_utils.samples_generator")
+    monkeypatch.setattr(sys.modules["ray"], "wait", lambda refs, num_returns=1, timeout=None: (refs[:num_returns], refs[num_returns:]),
+                        raising=False)
+    sent = []
+
+    def generate_responses(prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images):
+        sent.append((prompt, label))
+        return [{"prompt": prompt, "label": label, "observation_tokens": [7, 8, 9], "action_ranges": [(1, 3)], "reward": 0.0,
+                 "scores": 0.0, "rollout_log_probs": None} for _ in range(num_samples)]
+
+    engine = SimpleNamespace(get_num_unfinished_requests=SimpleNamespace(remote=lambda: 0),
+                             generate_responses=SimpleNamespace(remote=generate_responses))
+    args = SimpleNamespace(
+        vllm=SimpleNamespace(enable_sleep=False), train=SimpleNamespace(agent_func_path=GEC_AGENT_FILE),
+        rollout=SimpleNamespace(batch_size=2, n_samples_per_prompt=3, vllm_generate_batch_size=None),
+        algo=SimpleNamespace(dynamic_filtering_enable=False, advantage=SimpleNamespace(is_correction_level="off")),
+    )
+    train = [("ds", ["a", "b"], ["1", "2"], [None, None]), ("ds", ["c", "d"], ["3", "4"], [None, None])]
+    owner = SimpleNamespace(args=args, samples_generator=samples.SamplesGenerator(
+        strategy=SimpleNamespace(args=args), prompts_dataloader=train, eval_dataloader=[("math", ["e"], ["5"], [None])],
+        tokenizer=None, vllm_engines=[engine]))
+    actors.label_rollouts(owner)  # what the launcher's trainer does after OpenRLHF's constructor
+    generator = owner.samples_generator
+    assert isinstance(generator, LabellingRollouts) and isinstance(generator, samples.SamplesGenerator)
+    first, _, _, _ = generator.generate_samples(max_len=100)
+    generator.generate_eval_samples(max_len=100, temperature=0.6, n_samples_per_prompt=1)  # the training temperature
+    generator.generate_samples(max_len=100)
+    assert sent == [
+        ("a", RolloutLabel("1", False, 0, 3)), ("b", RolloutLabel("2", False, 1, 3)),
+        ("e", RolloutLabel("5", True, -1, 1)),
+        ("c", RolloutLabel("3", False, 2, 3)), ("d", RolloutLabel("4", False, 3, 3)),
+    ]
+    assert len(first) == 6
+    # without edge_verl's GEC agent file nothing is marked (another executor or reward file reads plain labels)
+    args.train.agent_func_path = None
+    plain = SimpleNamespace(args=args, samples_generator=samples.SamplesGenerator.__new__(samples.SamplesGenerator))
+    actors.label_rollouts(plain)
+    assert type(plain.samples_generator) is samples.SamplesGenerator

@@ -75,12 +75,16 @@ def test_launcher_refuses_what_the_estimators_and_gec_cannot_run(launch):
         launch([*BASE[:-1], "0.01", "--algo.advantage.estimator", "gepo"])
     gec = {"gec": {"n_samples_per_prompt": 8, "rollout_temperature": 0.6}}
     agent = ["--train.agent_func_path", train_ppo_ray.GEC_AGENT_FILE, "--rollout.temperature", "0.6"]
-    with pytest.raises(ValueError, match="--eval.temperature=0.6 equals --rollout.temperature"):
-        launch([*BASE, *agent, "--eval.dataset", "x.jsonl", "--eval.temperature", "0.6"], gec)
     with pytest.raises(ValueError, match="gec.n_samples_per_prompt=4 but --rollout.n_samples_per_prompt=8"):
-        launch([*BASE, *agent], {"gec": {"n_samples_per_prompt": 4, "rollout_temperature": 0.6}})
-    args = launch([*BASE, *agent, "--eval.dataset", "x.jsonl", "--eval.temperature", "0.1"], gec)
-    assert args.train.agent_func_path == train_ppo_ray.GEC_AGENT_FILE
+        launch([*BASE, *agent], {"gec": {"n_samples_per_prompt": 4}})
+    with pytest.raises(ValueError, match="gec.rollout_temperature=1.0 but --rollout.temperature=0.6"):
+        launch([*BASE, *agent], {"gec": {"rollout_temperature": 1.0}})
+    with pytest.raises(ValueError, match="is_correction_level=token"):  # with or without a gec section
+        launch([*BASE, *agent, "--algo.advantage.is_correction_level", "token"], {})
+    # evaluation at the training temperature runs beside GEC: the trainer marks its calls
+    for options in (gec, {"gec": {}}, {}):
+        args = launch([*BASE, *agent, "--eval.dataset", "x.jsonl", "--eval.temperature", "0.6"], options)
+        assert args.train.agent_func_path == train_ppo_ray.GEC_AGENT_FILE
 
 
 def test_the_options_travel_by_content_in_openrlhfs_runtime_env(launch, monkeypatch, tmp_path):
