@@ -3,6 +3,7 @@ trained-twice comparison, gradient clipping and advantage size per method, the d
 gradient-norm limits, both evaluation lengths with the seeds at the floor, the seeds GEPO's contrast needs, the
 learning-rate sensitivity of the primary verdicts, and the export of the folders beside the runs."""
 
+import dataclasses
 import json
 import shutil
 
@@ -220,3 +221,20 @@ def test_every_invocation_is_listed_with_the_runs_it_trained_and_those_the_page_
     assert "| 2 | 2026-12-06T07:00:00+0000 | bbbbbbb | 2 | 2.0 | gepo seeds 1-2 | - | gepo seed 2: trained on a dirty tree |" in text
     assert study_report.discarded_runs({**records[1], "discarded_runs": ["x"]}) == ["x"]
     assert study_report.discarded_runs({"trained": ["a"], "discarded": "why"}) == ["a"] and study_report.discarded_runs(records[0]) == []
+
+
+def test_pages_sharing_a_folder_each_get_their_own_methods_twins(tmp_path):
+    # one study folder, two pages: the twins of the methods a page does not show stay off it
+    config = _study(tmp_path / "main")
+    for method in ("grpo", "edge"):
+        _train_twice(config, method, 1)
+    twice = StudyConfig.from_dict({**config.as_dict(), "seeds": [1]}, out=config.out / checks.TWICE_FOLDER)
+    twice.seed_model_folder(1).mkdir(parents=True)
+    shutil.copyfile(config.seed_model_folder(1) / EVAL_FILE, twice.seed_model_folder(1) / EVAL_FILE)
+    study_report.write_report(twice)
+    page = dataclasses.replace(config, methods=("grpo", "gepo"))
+    assert [pair["run"] for pair in checks.twice(page)["pairs"]] == ["grpo_seed1"]
+    assert [sub.methods for sub in checks.sub_studies(page, checks.TWICE_FOLDER, nested=False)] == [("grpo", "gepo")]
+    published = study_report.export(page, tmp_path / "page")
+    assert sorted(path.name for path in (tmp_path / "page" / checks.TWICE_FOLDER / "runs").iterdir()) == ["grpo_seed1"]
+    assert [pair["run"] for pair in published["twice"]["pairs"]] == ["grpo_seed1"]

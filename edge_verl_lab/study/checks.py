@@ -10,6 +10,8 @@ Layout beside the study's own ``runs/`` and ``models/``: ``twice/`` and ``lr/<lr
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import statistics
@@ -41,15 +43,16 @@ def _read_json(path: Path) -> dict:
 
 
 def twice(config: StudyConfig) -> Optional[dict]:
-    """The runs of ``OUT/twice`` against their twins in ``OUT/runs`` (same identity): per pair, the held-out
-    accuracies, the final weights' digests and the per-step metrics other than timing; None without the folder."""
+    """The runs of ``OUT/twice`` against their twins in ``OUT/runs`` (same identity), of this study's methods (a
+    folder shared by several pages holds the twins of all of them): per pair, the held-out accuracies, the final
+    weights' digests and the per-step metrics other than timing; None without the folder."""
     folder = config.out / TWICE_FOLDER / "runs"
     if not folder.is_dir():
         return None
     pairs = []
     for run in sorted(folder.iterdir()):
         identity, done = read_record(run / IDENTITY_FILE), read_record(run / DONE_FILE)
-        if identity is None or done is None:
+        if identity is None or done is None or identity["method"] not in config.methods:
             continue
         twin = config.run_folder(identity["method"], identity["seed"])
         twin_done = read_record(twin / DONE_FILE)
@@ -141,9 +144,15 @@ def _mean(values: list[Optional[float]]) -> Optional[float]:
 
 def sub_studies(config: StudyConfig, folder_name: str, nested: bool = True) -> list[StudyConfig]:
     """The studies in ``OUT/<folder_name>/*`` (``nested``) or ``OUT/<folder_name>`` itself, each with the config its
-    report.json recorded, in learning-rate order."""
+    report.json recorded, cut to this study's methods (pages that share a folder share its sub-studies), in
+    learning-rate order."""
     pattern = "*/report.json" if nested else "report.json"
-    found = [StudyConfig.from_dict(_read_json(report)["study"], out=report.parent) for report in sorted((config.out / folder_name).glob(pattern))]
+    found = []
+    for report in sorted((config.out / folder_name).glob(pattern)):
+        sub = StudyConfig.from_dict(_read_json(report)["study"], out=report.parent)
+        methods = tuple(method for method in sub.methods if method in config.methods)
+        if methods:
+            found.append(dataclasses.replace(sub, methods=methods))
     return sorted(found, key=lambda sub: sub.lr)
 
 
