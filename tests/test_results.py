@@ -459,3 +459,42 @@ def test_gepo_s_mdd_and_the_seeds_it_would_take_are_the_files():
     needed = power["seeds_needed"]
     assert minimum_detectable_difference(sd, needed) <= 0.05 and (needed == 2 or minimum_detectable_difference(sd, needed - 1) > 0.05)
     assert f"**Power of gepo − grpo**: MDD {power['mdd']:.3f} at n = {n}" in (PAGE / "report.md").read_text()
+
+
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_the_primary_verdicts_at_the_other_learning_rates_are_their_files(folder):
+    """Each OUT/lr/<lr>/ study trained at that lr (its runs' commands) from the page's warm starts, and the page's
+    learning-rate table prints its primary contrasts as its files give them (n seeds, Student t)."""
+    text = (folder / "report.md").read_text()
+    studies = sorted((folder / "lr").glob("*/report.json"))
+    assert len(studies) >= 2, "the primary verdicts are re-checked at two other learning rates"
+    assert "### Learning-rate sensitivity of the primary verdicts" in text
+    here_lr = float(_json(folder / "report.json")["study"]["lr"])
+    for found in studies:
+        sub = found.parent
+        report, runs, start = _read_page(sub)
+        lr, seeds = float(sub.name), report["study"]["seeds"]
+        assert lr != here_lr and len(seeds) >= 4
+        for name in runs:
+            assert float(_command_value(sub / "runs" / name, "actor_rollout_ref.actor.optim.lr")) == lr, name
+        for seed in seeds:  # the same warm start as the page's seed
+            assert _json(sub / "models" / f"seed{seed}" / "exact_eval.json") == _json(folder / "models" / f"seed{seed}" / "exact_eval.json")
+        by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
+        for a, b in PRIMARY:
+            if (a, seeds[0]) not in by or (b, seeds[0]) not in by:
+                continue
+            differences = [_accuracy(by[a, seed]["eval"], "heldout") - _accuracy(by[b, seed]["eval"], "heldout") for seed in seeds]
+            mean, sd, n = statistics.fmean(differences), statistics.stdev(differences), len(differences)
+            half = T_975[n - 1] * sd / math.sqrt(n)
+            assert f"| {lr:g} ({n} seeds" in text
+            assert f"| {a} − {b} | {mean:+.3f} [{mean - half:.3f}, {mean + half:.3f}] |" in text, (lr, a, b)
+    # every contrast the docs quote at another lr (`a − b at lr 0.0005: Δ -0.211 [-0.527, 0.105]`) is the table's
+    rows = re.findall(r"\| ([\d.e-]+) \(\d+ seeds[^|]*\| (\w+ − \w+) \| ([+-]\d\.\d{3}) \[(-?\d\.\d{3}), (-?\d\.\d{3})\] \|", text)
+    table = {(float(lr), name): (mean, low, high) for lr, name, mean, low, high in rows}
+    quoted = 0
+    for document in QUOTING:
+        for name, lr, mean, low, high in re.findall(r"(\w+ − \w+) at lr ([\d.e-]+):\s+Δ\s+([+-]\d\.\d{3})\s+\[(-?\d\.\d{3}),\s+(-?\d\.\d{3})\]",
+                                                    document.read_text()):
+            assert table[float(lr), name] == (mean, low, high), (document.name, name, lr)
+            quoted += 1
+    assert quoted >= 2 * len([pair for pair in PRIMARY if f"| {pair[0]} − {pair[1]} |" in text])  # the study doc and the results page

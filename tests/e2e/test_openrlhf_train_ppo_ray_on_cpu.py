@@ -232,7 +232,12 @@ def test_edge_gec_corrects_training_never_evaluation_and_evaluates_each_benchmar
     # EDGE-GRPO whole: GEC (the agent file) corrects wrong responses, EDA weighs the advantages; evaluation on the
     # five benchmarks' files AT THE TRAINING TEMPERATURE: the trainer marks evaluation, the temperature does not
     options = {"gec": {}, "edge_eda": {"entropy_gradient": False}}  # the group size and evaluation: told by the trainer
+    # OpenRLHF cuts the evaluation set to --data.max_samples too: a one-step training file, and room for all ten
+    # evaluation rows (argparse keeps the last of a repeated flag)
+    one_step = tmp_path / "train_one_step.jsonl"
+    one_step.write_text("".join(inputs["data"].read_text().splitlines(keepends=True)[:PROMPTS_PER_STEP]))
     run = train(inputs, tmp_path / "edge", "edge_eda", 1, options, "--train.agent_func_path", GEC_AGENT_FILE,
+                "--data.prompt_dataset", str(one_step), "--data.max_samples", str(2 * len(PAPER_EVAL)),
                 "--eval.dataset", ",".join(map(str, inputs["eval"])), "--eval.steps", "1", "--eval.temperature", "1.0",
                 "--eval.n_samples_per_prompt", "2")
     logged = run["metrics"][1]
