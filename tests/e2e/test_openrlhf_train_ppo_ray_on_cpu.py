@@ -218,12 +218,14 @@ def test_edge_eda_is_edas_function_of_the_runs_own_batch_and_the_weight_sync_car
     recomputed = initial_model_entropy(inputs["model"], first, temperature=1.0)
     tokens = first["mask"].bool()
     difference = (first["entropy_source"] - recomputed)[tokens].abs()
-    assert difference.mean() < 0.02 and difference.max() < 0.15, (difference.mean(), difference.max())
+    # measured: mean 0.0022, max 0.0065 (of a mean entropy of 0.43); the old log-probs' negation in its place: 0.37, 4.9
+    assert difference.mean() < 0.01 and difference.max() < 0.05, (difference.mean(), difference.max())
     assert synced["metrics"][1]["actor_grad_norm"] > 0  # step 1 moved the policy
 
     skipped, _ = run("eda_unsynced", env={cpu.SKIP_WEIGHT_LOAD_ENV_VAR: "1"})
     kl_synced, kl_skipped = abs(synced["metrics"][2]["vllm_kl"]), abs(skipped["metrics"][2]["vllm_kl"])
     # vLLM sampled step 2 from the moved policy: |vllm_kl| far below the run that never loaded the weights
+    # (measured: 3e-6 synced, 0.038 never loaded)
     assert kl_synced < 3e-3 < kl_skipped, (kl_synced, kl_skipped)
 
 
