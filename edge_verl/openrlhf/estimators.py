@@ -132,7 +132,7 @@ def compute_edge_advantages(maker: Any, experiences: list, options: OpenRlhfOpti
     mask = pad_columns([e.action_mask for e in experiences], width)
     group_index, num_groups = positions // n, len(positions) // n
     valid = torch.ones(len(positions), dtype=torch.bool)
-    dumped = {"estimator": estimator, "rewards": by_position.clone(), "positions": positions, "n": n, "mask": mask,
+    dumped = {"estimator": estimator, "rewards": by_position, "positions": positions, "n": n, "mask": mask,
               "sequences": [e.sequences for e in experiences], "attention_mask": [e.attention_mask for e in experiences],
               "action_widths": [e.action_mask.shape[1] for e in experiences]}
     if estimator == "gepo":

@@ -23,7 +23,7 @@ temperatures) and which training prompt of the run it samples; a label without t
 named by its prompt's number and text, a response by its own tokens (``ResponseKeys``); decisions are keyed on
 those, never on arrival order or on which engine got the prompt. ``scope=all_wrong_groups`` waits for the n
 verdicts in the executor's own ``algorithms.gec.GroupRendezvous`` (OpenRLHF runs a prompt's n calls on one
-engine, whose executor this is); n is ``gec.n_samples_per_prompt``.
+engine, whose executor this is); n is the label's group size (``RolloutLabel.size``).
 Injected tokens have no rollout log-probs, so a run with ``--algo.advantage.is_correction_level`` on is refused.
 
 Returned ``extra_logs`` (numbers, the same names for every call): ``edge_verl/gec/{eval, corrected,
@@ -81,7 +81,7 @@ class AgentExecutor(AgentExecutorBase):
 
     def __init__(self) -> None:
         options = run_options()
-        self.options: OpenRlhfGec = options.gec or OpenRlhfGec()  # no section: GEC's defaults
+        self.options: OpenRlhfGec = options.gec_or_default()
         self.gec = self.options.config
         self.reward = options.reward
         self.sampler = SingleTurnAgentExecutor()  # no reward endpoint: this executor grades

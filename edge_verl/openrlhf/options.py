@@ -130,6 +130,10 @@ class OpenRlhfOptions:
     dump: DumpOptions = field(default_factory=DumpOptions)
     source: str = ""
 
+    def gec_or_default(self) -> OpenRlhfGec:
+        """The ``gec`` section, or GEC's defaults (the paper's) when the file has none."""
+        return self.gec or OpenRlhfGec()
+
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], source: str = "") -> "OpenRlhfOptions":
         if not isinstance(values, Mapping):

@@ -8,7 +8,7 @@ dataset's label, whether the dispatch is evaluation (inside OpenRLHF's ``generat
 prompt's number in the run's stream of training prompts (OpenRLHF takes prompts from its dataloader in order,
 replacements of dynamically filtered prompts included). The GEC executor never corrects a call marked as
 evaluation, whatever its temperature, names a group by its prompt's number and text, and a response by its own
-tokens (``response_key``): no arrival order, no engine assignment. A label that reaches the executor unmarked
+tokens (``ResponseKeys``): no arrival order, no engine assignment. A label that reaches the executor unmarked
 (the agent file used without edge_verl's launcher) is refused by the executor.
 
 The numbering restarts at 0 when a run resumes from a checkpoint; a group's name also holds its prompt's text, so

@@ -27,8 +27,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
+from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
 from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, uses_gec_agent
-from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfGec, OpenRlhfOptions, options_text, run_options
 
 REWARD_FILE = str(Path(__file__).with_name("reward_func.py"))
 
@@ -38,7 +38,7 @@ def check_gec_args(args: Any, options: OpenRlhfOptions) -> None:
     check: the trainer marks its calls (``rollout_labels``), at any temperature."""
     if not uses_gec_agent(args):
         return
-    gec = options.gec or OpenRlhfGec()
+    gec = options.gec_or_default()
     if gec.n_samples_per_prompt is not None and gec.n_samples_per_prompt != args.rollout.n_samples_per_prompt:
         raise ValueError(
             f"{ENV_VAR} gec.n_samples_per_prompt={gec.n_samples_per_prompt} but --rollout.n_samples_per_prompt="

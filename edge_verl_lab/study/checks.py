@@ -11,7 +11,6 @@ Layout beside the study's own ``runs/`` and ``models/``: ``twice/`` and ``lr/<lr
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import math
 import statistics
