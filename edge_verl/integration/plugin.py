@@ -18,7 +18,7 @@ import importlib
 import os
 from typing import Any, Callable
 
-from edge_verl.integration import actor_loss, estimators, fused_head, seeding
+from edge_verl.integration import actor_loss, estimator_adapter, fused_head, seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.post_import import when_imported
@@ -55,7 +55,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
     "verl.workers.utils.losses": actor_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
-    "verl.trainer.ppo.core_algos": estimators.register_estimators,
+    "verl.trainer.ppo.core_algos": estimator_adapter.register_estimators,
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
     "verl.trainer.ppo.v1.trainer_base": V1Adapter.install,

@@ -39,7 +39,7 @@ import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -48,20 +48,11 @@ from edge_verl import names
 from edge_verl.algorithms.gec import PlaceboProblem
 from edge_verl.algorithms.seeds import keyed_seed, seed_global_generators
 from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig, SeedingConfig
-
-if TYPE_CHECKING:  # the table's module imports this one at run time
-    from edge_verl.integration.estimators import Estimator
+from edge_verl.integration.estimators import ESTIMATORS, Estimator
 
 STATE_FILE = "edge_verl_state.json"
 EXIT_CODE = 2
 PREFIX = "edge-verl preflight"
-
-
-def _estimators() -> dict:
-    """The estimator table (``integration/estimators.py``, whose adapter imports this module)."""
-    from edge_verl.integration.estimators import ESTIMATORS
-
-    return ESTIMATORS
 
 
 # --- the run's options, parsed once -----------------------------------------------------------------------------
@@ -97,7 +88,7 @@ def estimator_options(algorithm_config: Any, estimator: str) -> Any:
             f"algorithm.adv_estimator={estimator} needs the old-policy forward pass (per-token entropy / "
             "old_log_probs), which algorithm.rollout_correction.bypass_mode=True skips; set it to False."
         )
-    return _estimators()[estimator].options(config_section(algorithm_config, estimator))
+    return ESTIMATORS[estimator].options(config_section(algorithm_config, estimator))
 
 
 def plugin_in_use(algorithm_config: Any) -> bool:
@@ -106,7 +97,7 @@ def plugin_in_use(algorithm_config: Any) -> bool:
     even when they switch nothing on). Plain look-ups, nothing parsed: a plain verl run pays nothing."""
     if not hasattr(algorithm_config, "get"):
         return False
-    if str(algorithm_config.get("adv_estimator", "")) in _estimators():
+    if str(algorithm_config.get("adv_estimator", "")) in ESTIMATORS:
         return True
     sections = (names.GEC_SECTION, names.METRICS_SECTION, names.SEEDING_SECTION)
     return any((section := algorithm_config.get(name, None)) is not None and len(section) > 0 for name in sections)
@@ -159,7 +150,7 @@ class TrainingRun:
     def from_config(cls, algorithm_config: Any) -> "TrainingRun":
         """Parse and validate ``config.algorithm`` once; errors name the key and the allowed values."""
         estimator = str(algorithm_config.get("adv_estimator", "") if hasattr(algorithm_config, "get") else "")
-        entry = _estimators().get(estimator)
+        entry = ESTIMATORS.get(estimator)
         options = estimator_options(algorithm_config, estimator) if entry is not None else None
         return cls(
             estimator=estimator,
@@ -172,9 +163,9 @@ class TrainingRun:
         )
 
     @property
-    def entry(self) -> Optional["Estimator"]:
+    def entry(self) -> Optional[Estimator]:
         """The estimator's table entry (None for verl's own estimators)."""
-        return _estimators().get(self.estimator) if self.options is not None else None
+        return ESTIMATORS.get(self.estimator) if self.options is not None else None
 
     @property
     def std_epsilon(self) -> float:

@@ -11,7 +11,7 @@ from verl.trainer.ppo.v1 import utils as v1_utils
 
 from edge_verl.algorithms.eda import compute_eda_advantages
 from edge_verl.algorithms.group_stats import group_index_from_uids
-from edge_verl.integration import estimators
+from edge_verl.integration import estimator_adapter
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY
 from edge_verl.integration.run import TrainingRun, active_run
 
@@ -49,7 +49,7 @@ def _in_run(config, estimator):
 
 def test_estimators_are_registered_by_import_verl():
     for name in ("edge_eda", "gepo"):
-        assert core_algos.get_adv_estimator_fn(name) is estimators.adapter_of(name)
+        assert core_algos.get_adv_estimator_fn(name) is estimator_adapter.adapter_of(name)
         assert core_algos.get_adv_estimator_fn(name).__name__ == f"compute_{name}_advantage"
 
 
@@ -218,7 +218,6 @@ def test_a_verl_with_its_own_estimators_keeps_them_and_still_imports():
     ``import verl`` fail over the names (verl's register_adv_est raises on a second function), and defers."""
     from types import SimpleNamespace
 
-    from edge_verl.integration import estimators
 
     def native_eda(**kwargs):
         return None
@@ -236,8 +235,8 @@ def test_a_verl_with_its_own_estimators_keeps_them_and_still_imports():
 
     module = SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registry, register_adv_est=register_adv_est)
     with pytest.warns(UserWarning, match="verl's own is used"):
-        estimators.register_estimators(module)
-    assert registry == {"edge_eda": native_eda, "gepo": estimators.adapter_of("gepo")}
+        estimator_adapter.register_estimators(module)
+    assert registry == {"edge_eda": native_eda, "gepo": estimator_adapter.adapter_of("gepo")}
     with pytest.warns(UserWarning):  # idempotent: a second import changes nothing
-        estimators.register_estimators(module)
-    assert registry == {"edge_eda": native_eda, "gepo": estimators.adapter_of("gepo")}
+        estimator_adapter.register_estimators(module)
+    assert registry == {"edge_eda": native_eda, "gepo": estimator_adapter.adapter_of("gepo")}
