@@ -266,7 +266,9 @@ def _method(args: argparse.Namespace) -> int:
 
 
 def _recipe(args: argparse.Namespace) -> int:
-    from edge_verl.recipes import RECIPES, default_recipes_dir, recipe_texts, stale_recipes, write_recipes
+    from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
+    from edge_verl.recipe_files import default_recipes_dir, recipe_texts, stale_recipes, write_recipes
+    from edge_verl.recipes import RECIPES
 
     folder = args.dir or default_recipes_dir()
     if args.name is not None:
@@ -286,8 +288,6 @@ def _recipe(args: argparse.Namespace) -> int:
         for name in undefined:
             print(f"edge-verl recipe: {folder / name} is no recipe's: define it in edge_verl/recipes.py, or delete it", file=sys.stderr)
         return 1 if args.check and (changed or undefined) else 0
-    from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
-
     for recipe in RECIPES:
         print(f"{recipe.file_name:<56}{recipe.method:<21}{recipe.model:<24}{recipe.backend:<10}{recipe.knobs}")
     for recipe in OPENRLHF_RECIPES:

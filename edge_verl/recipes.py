@@ -6,7 +6,7 @@ text follows from three definitions and nothing else: the method's overrides (``
 written into the file literally, each run parameter as a recipe variable: ``RUN_VARIABLES``), the training
 setup (``TRAINING_SETUPS``: EDGE-GRPO's knobs or GEPO's, which a method and its GRPO baseline share) and
 the backend's settings (``BACKENDS``: all an FSDP recipe and its Megatron twin differ in). Everything else
-is the same in every recipe. ``edge-verl recipe --write`` writes the files; tests/test_recipes.py holds every
+is the same in every recipe. ``edge-verl recipe --write`` writes the files (``recipe_files.py``); tests/test_recipes.py holds every
 committed file byte-identical to its definition, so a method is still defined in one place, and a recipe
 is still a file a user can read, copy and edit.
 
@@ -682,41 +682,3 @@ def _sft_text(recipe: Recipe) -> str:
 def recipe_text(recipe: Recipe) -> str:
     """The whole text of ``recipe``'s file."""
     return _sft_text(recipe) if get_method(recipe.method).estimator is None else _ppo_text(recipe)
-
-
-def recipe_texts() -> dict[str, str]:
-    """Every recipe file's path under the recipes folder -> its text: verl's (``RECIPES``), then OpenRLHF's
-    (edge_verl/openrlhf/recipes.py, in ``openrlhf/``)."""
-    from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES, openrlhf_recipe_text
-
-    return {**{recipe.file_name: recipe_text(recipe) for recipe in RECIPES},
-            **{recipe.file_name: openrlhf_recipe_text(recipe) for recipe in OPENRLHF_RECIPES}}
-
-
-def stale_recipes(folder: Path) -> tuple[list[str], list[str]]:
-    """(files to write: missing or different, run_*.sh files in ``folder`` (and its openrlhf/) that no recipe
-    defines)."""
-    folder = Path(folder)
-    texts = recipe_texts()
-    changed = [name for name, text in texts.items() if not (folder / name).exists() or (folder / name).read_text() != text]
-    found = [*folder.glob("run_*.sh"), *folder.glob("openrlhf/run_*.sh")]
-    undefined = sorted(path.relative_to(folder).as_posix() for path in found if path.relative_to(folder).as_posix() not in texts)
-    return changed, undefined
-
-
-def write_recipes(folder: Path) -> list[str]:
-    """Write every recipe whose file in ``folder`` is missing or differs (executable); returns their names."""
-    changed, _ = stale_recipes(folder)
-    texts = recipe_texts()
-    for name in changed:
-        path = Path(folder) / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(texts[name])
-        path.chmod(path.stat().st_mode | 0o111)
-    return changed
-
-
-def default_recipes_dir() -> Path:
-    """The repository's recipes/ next to the installed package (a checkout), else ./recipes."""
-    beside = Path(__file__).resolve().parents[1] / "recipes"
-    return beside if beside.is_dir() else Path("recipes")

@@ -9,7 +9,7 @@ from typing import Optional
 
 from edge_verl.cli import LAB_COMMANDS
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
-from edge_verl.recipes import default_recipes_dir
+from edge_verl.recipe_files import default_recipes_dir
 from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
 
 USAGE = """examples:
