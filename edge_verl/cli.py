@@ -2,28 +2,31 @@
 verl's composed config, before Ray starts), ``options`` (docs/options.md, from edge_verl/config.py), ``cpu-overrides``, ``recipe`` (the recipes,
 written from their definitions, edge_verl/recipes.py), ``method`` and ``method-overrides`` (the
 methods' definitions, edge_verl/methods.py, as the recipes read them) and ``run-identity`` (the recipes' guard
-against resuming another run's checkpoint); and the lab's ``demo`` (a real verl run on CPU), ``study``
-(methods x seeds on a CPU task) and ``reproduce`` (a paper table), which edge_verl_lab/cli.py parses and runs
-when the lab's dependencies are installed (the ``lab`` extra)."""
+against resuming another run's checkpoint); and the commands other installed packages add: the lab's ``demo``
+(a real verl run on CPU), ``study`` (methods x seeds on a CPU task) and ``reproduce`` (a paper table), when the
+lab (edge-verl-lab, lab/ in a checkout) is installed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-# The lab's commands (edge_verl_lab/cli.py), with the one-line help both parsers show. This module imports
-# the lab only in ``_run_lab``, for these commands.
-LAB_COMMANDS = {
-    "demo": "train a tiny model with verl on CPU and plot the run",
-    "study": "methods x seeds of real verl runs on a CPU task, validated on held-out problems; report + curves",
-    "reproduce": "run a paper table: each row's recipe per seed, evaluation, table and curves",
-}
-LAB_INSTALL = 'pip install "edge-verl[lab]"'
+# The entry-point group through which an installed package adds a command to edge-verl: the entry point's name is
+# the command, its object has ``help`` (one line, for ``edge-verl --help``) and ``run(argv) -> int`` (argv: the
+# words after the command). The lab registers its commands there (lab/pyproject.toml); this package never
+# imports the lab.
+COMMAND_GROUP = "edge_verl.commands"
+# The lab's commands, named here only to say how to install the lab when one is asked for without it.
+LAB_COMMANDS = ("demo", "study", "reproduce")
+LAB_INSTALL = "from a checkout of edge_verl, pip install -e ./lab (bash scripts/setup.sh installs it)"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(added: Optional[dict[str, metadata.EntryPoint]] = None, describe_added: bool = True) -> argparse.ArgumentParser:
+    """The parser of the plugin's commands, which lists the ``added`` ones (default: the installed) for --help,
+    each with its package's line of help when ``describe_added`` (which imports that package)."""
     from edge_verl.integration.cpu.overrides import ROLLOUTS
     from edge_verl.methods import KNOBS, METHOD_NAMES, SYMMETRIC_ALPHA
 
@@ -108,8 +111,12 @@ def _parser() -> argparse.ArgumentParser:
     ):
         identity.add_argument(option, required=True, help=text)
     identity.add_argument("--tag", default="", help="what else tells this run apart (reproduce: table/row)")
-    for name, text in LAB_COMMANDS.items():  # listed for --help; main() hands them to the lab before parsing
-        commands.add_parser(name, help=f"{text} (the lab: edge-verl[lab])", add_help=False)
+    added = added_commands() if added is None else added
+    for name, entry in added.items():  # listed for --help; main() hands them over before parsing
+        commands.add_parser(name, help=_help_of(entry) if describe_added else None, add_help=False)
+    absent = [name for name in LAB_COMMANDS if name not in added]
+    if absent:
+        parser.epilog = f"The lab's commands ({', '.join(absent)}) are not installed: {LAB_INSTALL}."
     return parser
 
 
@@ -330,44 +337,48 @@ def _doctor(args: argparse.Namespace) -> int:
     return run_doctor(cpu=args.cpu)
 
 
+COMMANDS = {
+    "doctor": _doctor,
+    "preflight": _preflight,
+    "run-identity": _run_identity,
+    "cpu-overrides": _cpu_overrides,
+    "recipe": _recipe,
+    "method": _method,
+    "method-overrides": _method_overrides,
+    "options": _options,
+}
+
+
+def added_commands() -> dict[str, metadata.EntryPoint]:
+    """The commands installed packages add (entry points of ``COMMAND_GROUP``), by name, found without importing
+    them; a name of the plugin's own commands is never handed over, and of two entry points of one name the first
+    found is."""
+    added: dict[str, metadata.EntryPoint] = {}
+    for entry in metadata.entry_points(group=COMMAND_GROUP):
+        if entry.name not in COMMANDS:
+            added.setdefault(entry.name, entry)
+    return added
+
+
+def _help_of(entry: metadata.EntryPoint) -> str:
+    """An added command's line in ``edge-verl --help`` (its package is imported for it)."""
+    try:
+        return str(entry.load().help)
+    except Exception as error:  # a broken package must not take the plugin's own commands with it
+        return f"({entry.value} cannot be loaded: {type(error).__name__}: {error})"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    added = added_commands()
+    if argv and argv[0] in added:
+        return added[argv[0]].load().run(argv[1:])
     if argv and argv[0] in LAB_COMMANDS:
-        return _run_lab(argv)
-    args = _parser().parse_args(argv)
-    run = {
-        "doctor": _doctor,
-        "preflight": _preflight,
-        "run-identity": _run_identity,
-        "cpu-overrides": _cpu_overrides,
-        "recipe": _recipe,
-        "method": _method,
-        "method-overrides": _method_overrides,
-        "options": _options,
-    }[args.command]  # the lab's commands were handed over above
-    return run(args)
-
-
-def _run_lab(argv: list[str]) -> int:
-    """Hand a lab command to edge_verl_lab.cli, or name the extra that installs what it needs."""
-    try:
-        from edge_verl_lab import missing_requirements
-    except ModuleNotFoundError as error:
-        if error.name != "edge_verl_lab":
-            raise
-        missing = ["edge_verl_lab"]  # an install made before the lab had its own package
-    else:
-        missing = missing_requirements()
-    if missing:
-        print(
-            f"edge-verl {argv[0]}: a command of the lab, which needs {', '.join(missing)}: {LAB_INSTALL} "
-            '(in a checkout: pip install -e ".[lab]", as bash scripts/setup.sh does)',
-            file=sys.stderr,
-        )
+        print(f"edge-verl {argv[0]}: a command of the lab (edge-verl-lab), which is not installed: {LAB_INSTALL}", file=sys.stderr)
         return 1
-    from edge_verl_lab.cli import main as run_lab_command
-
-    return run_lab_command(argv)
+    # a command of the plugin's own never shows the others' help: they stay unimported
+    args = _parser(added, describe_added=not argv or argv[0] not in COMMANDS).parse_args(argv)
+    return COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -107,14 +107,14 @@ def belongs_to_image_gpu_stack(name: str) -> bool:
 
 
 def find_unmet_requirements(
-    root: str,
+    roots: str | Sequence[str],
     requires_of: Callable[[str], list[str]],
     version_of: Callable[[str], str | None],
     keep: Callable[[str], bool],
 ) -> list[str]:
-    """Requirements in the installed closure of ``root`` that no installed version meets, as ``name<specifiers>``.
+    """Requirements in the installed closure of ``roots`` that no installed version meets, as ``name<specifiers>``.
 
-    Walks Requires-Dist from ``root`` (with its extras, e.g. ``edge-verl[gpu,test]``) through every installed
+    Walks Requires-Dist from each root (with its extras, e.g. ``edge-verl[gpu,test]``) through every installed
     dependency that meets its requirement, each extra's requirements included. ``keep(name)`` (canonical names)
     marks what stays as installed: neither checked nor walked. One name's specifiers are merged into one.
     """
@@ -124,7 +124,7 @@ def find_unmet_requirements(
 
     unmet: dict[str, SpecifierSet] = {}
     walked: set[tuple[str, frozenset[str]]] = set()
-    pending = [Requirement(root)]
+    pending = [Requirement(root) for root in ([roots] if isinstance(roots, str) else roots)]
     while pending:
         requirement = pending.pop()
         name = canonicalize_name(requirement.name)
@@ -146,9 +146,9 @@ def find_unmet_requirements(
     return [f"{name}{unmet[name]}" for name in sorted(unmet)]
 
 
-def print_unmet_requirements(root: str) -> None:
-    """One unmet requirement per line, for ``MODE=image bash scripts/setup_gpu.sh`` to install."""
+def print_unmet_requirements(*roots: str) -> None:
+    """One unmet requirement of ``roots`` per line, for ``MODE=image bash scripts/setup_gpu.sh`` to install."""
     for line in find_unmet_requirements(
-        root, lambda name: importlib.metadata.requires(name) or [], installed_version, belongs_to_image_gpu_stack
+        roots, lambda name: importlib.metadata.requires(name) or [], installed_version, belongs_to_image_gpu_stack
     ):
         print(line)

@@ -1,15 +1,38 @@
 """The lab's commands of ``edge-verl``: ``demo`` (a real verl run of a tiny model on CPU, plotted), ``study``
 (methods x seeds on a CPU task, with a report of held-out accuracy and training statistics) and ``reproduce``
-(a paper table: recipes per seed -> evaluation -> table and curves). ``edge_verl.cli`` hands these commands
-over once it has found the lab's dependencies installed."""
+(a paper table: recipes per seed -> evaluation -> table and curves).
+
+The lab registers them with ``edge-verl``: lab/pyproject.toml names ``DEMO``, ``STUDY`` and ``REPRODUCE`` as
+entry points of the group ``edge_verl.commands``, which edge_verl/cli.py reads; the plugin never imports the
+lab."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-from edge_verl.cli import LAB_COMMANDS
+from edge_verl.cli import LAB_INSTALL
+from edge_verl_lab import missing_requirements
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command the lab adds to ``edge-verl`` (an entry point of ``edge_verl.commands``): ``help``, its line in
+    ``edge-verl --help``; ``run(argv)`` parses and runs the words after its name."""
+
+    name: str
+    help: str
+
+    def run(self, argv: Sequence[str]) -> int:
+        return main([self.name, *argv])
+
+
+DEMO = Command("demo", "train a tiny model with verl on CPU and plot the run")
+STUDY = Command("study", "methods x seeds of real verl runs on a CPU task, validated on held-out problems; report + curves")
+REPRODUCE = Command("reproduce", "run a paper table: each row's recipe per seed, evaluation, table and curves")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help=LAB_COMMANDS["demo"])
+    demo = commands.add_parser("demo", help=DEMO.help)
     demo.add_argument(
         "--algorithm", choices=ALGORITHMS, default=DemoConfig.algorithm,
         help=f"gepo, edge_eda, edge (EDA + GEC), the controls, or verl's grpo (default {DemoConfig.algorithm})",
@@ -46,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
     demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
-    add_reproduce_parser(commands)
+    add_reproduce_parser(commands, REPRODUCE.help)
     _add_study_parser(commands, TRAINERS)
     return parser
 
@@ -58,7 +81,7 @@ def _add_study_parser(commands, trainers) -> None:
 
     defaults = StudyConfig()
     study = commands.add_parser(
-        "study", help=LAB_COMMANDS["study"],
+        "study", help=STUDY.help,
         description="Train every method with every seed (edge-verl demo runs: verl's main_ppo on CPU) on one task, "
         "validate each run uncorrected on the task's seen and held-out problems, and write OUT/report.md, "
         "report.json and curves.png (every seed, mean ± std, the paired difference to GRPO with a 95%% interval). "
@@ -212,8 +235,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """``edge-verl COMMAND ...`` for the lab's commands (``argv`` starts with the command's name)."""
     from edge_verl.integration.cpu.overrides import pin_numeric_path
 
+    missing = missing_requirements()
+    if missing:  # the lab installed without its dependencies (pip's --no-deps)
+        print(f"edge-verl {argv[0] if argv else ''}: the lab needs {', '.join(missing)}, which is not installed: {LAB_INSTALL}", file=sys.stderr)
+        return 1
     pin_numeric_path()  # every lab command computes on CPU: the warm-started models and evaluations too
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":

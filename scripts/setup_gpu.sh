@@ -65,8 +65,8 @@ install_venv() {
             echo "flash-attn $FLASH_ATTN_VERSION builds from source: install a CUDA 13 toolkit and set CUDA_HOME" >&2; exit 2; }
         FLASH_ATTENTION_FORCE_BUILD=TRUE "$py" "${PIP[@]}" --no-build-isolation "flash-attn==$FLASH_ATTN_VERSION"
     fi
-    # 3. verl's stack (pyproject.toml's extras) and edge-verl.
-    "$py" "${PIP[@]}" -e ".[$EXTRA,test,lab]"
+    # 3. verl's stack (pyproject.toml's extras), edge-verl and its lab (lab/: edge-verl reproduce).
+    "$py" "${PIP[@]}" -e ".[$EXTRA,test]" -e ./lab
     [ "$BACKEND" = megatron ] || return 0
     # 4. Megatron: TE's PyTorch extension is an sdist built against torch (NVTE_PYTORCH_FORCE_BUILD: build it here
     #    instead of fetching a prebuilt wheel from GitHub); mbridge and megatron-bridge go in without their own
@@ -82,14 +82,15 @@ install_venv() {
 }
 
 # verl's image pins its CUDA libraries on purpose (e.g. an NCCL newer than torch's own pin), so no resolver may run
-# over it: edge-verl goes in without dependencies, as verl itself does there, and then whatever edge-verl[gpu]
-# needs that the image lacks (outside its GPU stack), each without dependencies, at the lock's versions.
+# over it: edge-verl and its lab go in without dependencies, as verl itself does there, and then whatever
+# edge-verl[gpu] and the lab need that the image lacks (outside its GPU stack), each without dependencies, at the
+# lock's versions.
 install_into_image() {
     require_python "$PYTHON"
-    "$PYTHON" -m pip install --disable-pip-version-check --no-deps -e .
+    "$PYTHON" -m pip install --disable-pip-version-check --no-deps -e . -e ./lab
     local unmet round
     for round in 1 2 3 4 5 6 7 8; do
-        mapfile -t unmet < <("$PYTHON" -c 'from edge_verl.gpu_stack import print_unmet_requirements as p; p("edge-verl[gpu,test,lab]")')
+        mapfile -t unmet < <("$PYTHON" -c 'from edge_verl.gpu_stack import print_unmet_requirements as p; p("edge-verl[gpu,test]", "edge-verl-lab")')
         [ ${#unmet[@]} -eq 0 ] && return 0
         echo "round $round, installing without dependencies: ${unmet[*]}"
         "$PYTHON" "${PIP[@]}" --no-deps "${unmet[@]}"
@@ -113,7 +114,7 @@ write_lock() {
     # the source builds: flash-attn needs einops; transformer_engine_torch 2.16.1 declares the last four.
     local extra=(setuptools wheel ninja psutil packaging einops)
     [ "$BACKEND" = megatron ] && extra+=(onnx onnxscript pydantic nvdlfw-inspect)
-    printf '%s\n' ".[$EXTRA,test,lab]" "${extra[@]}" > "$scratch/input.txt"
+    printf '%s\n' ".[$EXTRA,test]" ./lab "${extra[@]}" > "$scratch/input.txt"
     local oldest=${PYTHONS%% *}
     "$scratch/venv/bin/uv" pip compile "$scratch/input.txt" --universal --python-version "$oldest" \
         --index-url "${LOCK_INDEX_URL:-https://pypi.org/simple}" --no-header --no-annotate --quiet -o "$scratch/resolved.txt"
@@ -143,7 +144,7 @@ check_lock() {
     "$py" -m pip install -q --disable-pip-version-check --upgrade pip
     local extra=(torch torchvision torchaudio setuptools wheel ninja psutil packaging einops)
     [ "$BACKEND" = megatron ] && extra+=(onnx onnxscript pydantic nvdlfw-inspect)
-    "$py" "${PIP[@]}" -q --dry-run --ignore-installed --report "$scratch/report.json" ".[$EXTRA,test,lab]" "${extra[@]}"
+    "$py" "${PIP[@]}" -q --dry-run --ignore-installed --report "$scratch/report.json" ".[$EXTRA,test]" ./lab "${extra[@]}"
     "$py" - "$scratch/report.json" <<'PY'
 import json, re, sys
 installs = json.load(open(sys.argv[1]))["install"]

@@ -123,3 +123,14 @@ def test_requirements_on_one_name_from_two_places_are_merged():
     installed = {"root": "1", "a": "1", "c": "1"}
     unmet = find_unmet_requirements("root", lambda name: requires.get(name, []), installed.get, lambda name: False)
     assert unmet == ["b<3,>=1"]
+
+
+def test_the_lab_is_walked_beside_the_plugin():
+    # MODE=image: the plugin with its extras and the lab (a distribution of its own, lab/pyproject.toml) at once
+    requires = {**REQUIRES, "edge-verl-lab": ["edge-verl==0.1.0", "matplotlib>=3.7"]}
+    installed = {"edge-verl": "0.1.0", "edge-verl-lab": "0.1.0", "verl": "0.9.1", "transferqueue": "0.1.10",
+                 "transformers": "5.9.0", "huggingface-hub": "1.2.0"}
+    unmet = find_unmet_requirements(
+        ["edge-verl[test]", "edge-verl-lab"], lambda name: requires.get(name, []), installed.get, belongs_to_image_gpu_stack
+    )
+    assert unmet == ["matplotlib>=3.7", "pytest>=8"]

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from edge_verl.cli import LAB_COMMANDS
 from edge_verl.data import EVAL_SETS, PAPER_EVAL, RandomSource
 from edge_verl.recipe_files import default_recipes_dir
 from edge_verl_lab.reproduce.tables import BACKENDS, GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table
@@ -85,10 +84,10 @@ def sensitivity_grid(varied: list[tuple[str, Optional[tuple[float, ...]]]]) -> O
     return grid
 
 
-def add_reproduce_parser(commands) -> None:
+def add_reproduce_parser(commands, help: str) -> None:
     parser = commands.add_parser(
         "reproduce",
-        help=LAB_COMMANDS["reproduce"],
+        help=help,
         epilog=USAGE.format(tables=describe_tables()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

