@@ -11,9 +11,12 @@ import subprocess
 import pytest
 
 from edge_verl.cli import main
+from edge_verl.data import PAPER_EVAL
 from edge_verl.methods import KNOBS, RUN_PARAMETERS, get_method, method_overrides
 from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
-from edge_verl.recipes import BACKENDS, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word
+from edge_verl.recipes import (
+    BACKENDS, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word,
+)
 from edge_verl_lab.reproduce.tables import TABLES
 from tests.recipe_dry_run import RECIPES as FOLDER
 from tests.recipe_dry_run import dry_run, python_path_env
@@ -41,6 +44,12 @@ def test_every_recipe_file_is_what_its_definition_writes_and_every_file_has_one(
         assert path.read_text() == recipe_text(recipe), f"{path.name}: run `edge-verl recipe --write`"
         assert os.access(path, os.X_OK), path.name
     assert sorted(path.name for path in FOLDER.glob("run_*.sh")) == sorted(recipe.file_name for recipe in RECIPES)
+
+
+def test_the_recipes_validate_on_the_papers_five_benchmarks_by_default():
+    # VAL_FILES's default is written by hand in recipes/lib/defaults.sh; the five are edge_verl.data's
+    values = _values(next(recipe for recipe in PPO if recipe.knobs == "gepo"), DATA_DIR="/d")
+    assert values["data.val_files"] == "[" + ",".join(f"/d/eval_{name}.parquet" for name in PAPER_EVAL) + "]"
 
 
 def test_the_recipes_the_tables_the_docs_and_ci_run_are_defined():
