@@ -212,7 +212,7 @@ def test_prepare_by_default_writes_random_1k_from_the_shipped_draw_without_netwo
 def _files_recipes_read() -> set[str]:
     """Every data file name a recipe names, e.g. train_random_1k.parquet, and the ``*_gec`` sibling of each
     training file (the GEC methods' rows; edge_verl_lab.reproduce switches to it)."""
-    texts = [path.read_text() for path in (REPO / "recipes").glob("*.sh")]
+    texts = [path.read_text() for path in (REPO / "recipes").rglob("*.sh")]  # the shared defaults' too (recipes/lib)
     names = {name for text in texts for name in re.findall(r"\b(?:train|sft|eval)_[a-z0-9_]+\.parquet", text)}
     return names | {name.replace(".parquet", "_gec.parquet") for name in names if name.startswith("train_") and "_gec" not in name}
 

@@ -1,5 +1,6 @@
 """The recipes (recipes/run_*.sh) are their definitions written out: every committed file is byte-identical
-to what edge_verl/recipes.py writes from edge_verl/methods.py, and the commands they print (DRY_RUN=1) run
+to what edge_verl/recipes.py writes from edge_verl/methods.py, none is longer than 80 lines, every variable
+they set is explained in docs/recipes.md, and the commands they print (DRY_RUN=1) run
 each method's overrides exactly as methods.py defines them, a GRPO baseline beside each method with the same
 knobs, and FSDP / Megatron twins that differ only in their backend's settings. Whether verl's config accepts
 every command: tests/integration/test_recipes_compose_on_cpu.py."""
@@ -11,9 +12,12 @@ import subprocess
 import pytest
 
 from edge_verl.cli import main
+from edge_verl.data import PAPER_EVAL
 from edge_verl.methods import KNOBS, RUN_PARAMETERS, get_method, method_overrides
 from edge_verl.openrlhf.recipes import OPENRLHF_RECIPES
-from edge_verl.recipes import BACKENDS, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word
+from edge_verl.recipes import (
+    BACKENDS, MAX_LINES, RECIPES, RUN_VARIABLES, TRAINING_SETUPS, Recipe, method_keys, recipe_text, shell_word,
+)
 from edge_verl_lab.reproduce.tables import TABLES
 from tests.recipe_dry_run import RECIPES as FOLDER
 from tests.recipe_dry_run import dry_run, python_path_env
@@ -41,6 +45,29 @@ def test_every_recipe_file_is_what_its_definition_writes_and_every_file_has_one(
         assert path.read_text() == recipe_text(recipe), f"{path.name}: run `edge-verl recipe --write`"
         assert os.access(path, os.X_OK), path.name
     assert sorted(path.name for path in FOLDER.glob("run_*.sh")) == sorted(recipe.file_name for recipe in RECIPES)
+
+
+def test_a_recipe_is_read_in_a_minute_no_file_is_longer_than_80_lines():
+    files = [*FOLDER.glob("run_*.sh"), *FOLDER.glob("openrlhf/run_*.sh")]
+    assert len(files) == len(RECIPES) + len(OPENRLHF_RECIPES) and MAX_LINES == 80
+    longer = {path.name: len(path.read_text().splitlines()) for path in files if len(path.read_text().splitlines()) > MAX_LINES}
+    assert longer == {}
+
+
+def test_every_variable_a_recipe_sets_is_explained_once_in_docs_recipes_md():
+    # the recipes' own variables and the shared defaults (recipes/lib): each settable, each on the one page
+    texts = [path.read_text() for path in (*FOLDER.glob("run_*.sh"), *FOLDER.glob("lib/*.sh"))]
+    variables = {name for text in texts for name in re.findall(r"\b([A-Z][A-Z0-9_]*)=\$\{\1:-", text)}
+    assert {"MODEL_PATH", "LR", "EDA_ENTROPY_GRADIENT", "GEPO_SYMMETRIC_ALPHA", "MEGATRON_TP", "SFT_LR", "PYTHON"} <= variables
+    page = (FOLDER.parent / "docs" / "recipes.md").read_text()
+    assert sorted(name for name in variables if f"`{name}`" not in page) == []
+    assert all("docs/recipes.md" in text for text in texts[:len(RECIPES)])
+
+
+def test_the_recipes_validate_on_the_papers_five_benchmarks_by_default():
+    # VAL_FILES's default is written by hand in recipes/lib/defaults.sh; the five are edge_verl.data's
+    values = _values(next(recipe for recipe in PPO if recipe.knobs == "gepo"), DATA_DIR="/d")
+    assert values["data.val_files"] == "[" + ",".join(f"/d/eval_{name}.parquet" for name in PAPER_EVAL) + "]"
 
 
 def test_the_recipes_the_tables_the_docs_and_ci_run_are_defined():
