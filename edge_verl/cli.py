@@ -28,7 +28,7 @@ def _parser(added: Optional[dict[str, metadata.EntryPoint]] = None, describe_add
     """The parser of the plugin's commands, which lists the ``added`` ones (default: the installed) for --help,
     each with its package's line of help when ``describe_added`` (which imports that package)."""
     from edge_verl.integration.cpu.overrides import ROLLOUTS
-    from edge_verl.methods import KNOBS, METHOD_NAMES, SYMMETRIC_ALPHA
+    from edge_verl.methods import KNOBS, SYMMETRIC_ALPHA, method_names
 
     parser = argparse.ArgumentParser(prog="edge-verl", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -66,12 +66,12 @@ def _parser(added: Optional[dict[str, metadata.EntryPoint]] = None, describe_add
     method = commands.add_parser(
         "method", help="list the methods (edge_verl/methods.py), or print one method's definition or one field of it"
     )
-    method.add_argument("name", nargs="?", default=None, help=f"a method ({', '.join(METHOD_NAMES)}); none: list them all")
+    method.add_argument("name", nargs="?", default=None, help=f"a method ({', '.join(method_names())}); none: list them all")
     method.add_argument("--field", choices=METHOD_FIELDS, default=None, help="print only this field's value")
     method_args = commands.add_parser(
         "method-overrides", help="print the verl overrides of a method with this run's parameters, one per line"
     )
-    method_args.add_argument("name", help=f"the method ({', '.join(METHOD_NAMES)})")
+    method_args.add_argument("name", help=f"the method ({', '.join(method_names())})")
     method_args.add_argument("--seed", type=int, required=True, help="the run's seed (seeds GEC's decisions)")
     method_args.add_argument(
         "--entropy-gradient", type=_verl_bool, required=True, metavar="{True,False}",

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from edge_verl.names import EDA_ESTIMATOR, GEC_AGENT_LOOP, GEPO_ESTIMATOR
+from edge_verl.estimators import names as estimator_names
+from edge_verl.names import GEC_AGENT_LOOP
 
-ESTIMATORS = ("grpo", EDA_ESTIMATOR, GEPO_ESTIMATOR)  # verl's built-in GRPO and the plugin's two
+GRPO = "grpo"  # verl's built-in estimator, the baseline of both papers
+EDA_ESTIMATOR, GEPO_ESTIMATOR = "edge_eda", "gepo"  # the estimators the papers' methods use (edge_verl/estimators/)
 KNOBS = ("edge", "gepo")  # whose training setup (edge_verl/recipes.py's TRAINING_SETUPS): EDGE-GRPO's or GEPO's
 EDA_FORMS = ("gradient", "detached")  # algorithm.edge_eda.entropy_gradient true / false
 GEC_FILE_SUFFIX = "_gec"  # scripts/prepare_data.py writes train_<set>_gec.parquet next to train_<set>.parquet
@@ -52,6 +54,11 @@ SEEDING_OPTIONS = ("+algorithm.edge_seeding.enable=True", "actor_rollout_ref.rol
 RUN_PARAMETERS = ("seed", "entropy_gradient", "first_sample_tokens", "continuation_tokens", "gepo_symmetric_alpha")
 
 
+def estimators() -> tuple[str, ...]:
+    """The estimators a method may use: verl's GRPO and every estimator of the registry (``edge_verl.estimators``)."""
+    return (GRPO, *estimator_names())
+
+
 @dataclass(frozen=True)
 class Method:
     """One method. ``estimator``: ``algorithm.adv_estimator`` (None: not an RL method, verl's SFT trainer);
@@ -68,8 +75,9 @@ class Method:
     knobs: tuple[str, ...] = KNOBS
 
     def __post_init__(self) -> None:
-        if self.estimator is not None and self.estimator not in ESTIMATORS:
-            raise ValueError(f"method {self.name}: estimator={self.estimator!r}; allowed: {', '.join(ESTIMATORS)} or None (SFT)")
+        allowed = estimators()
+        if self.estimator is not None and self.estimator not in allowed:
+            raise ValueError(f"method {self.name}: estimator={self.estimator!r}; allowed: {', '.join(allowed)} or None (SFT)")
         if self.force_regenerate and not self.gec:
             raise ValueError(f"method {self.name}: force_regenerate is a GEC option; set gec=True too")
         if (self.estimator is None) and (self.gec or self.options):
@@ -163,11 +171,31 @@ METHOD_ALIASES = {"edge_eda": "eda"}
 METHOD_NAMES = (*METHODS, *METHOD_ALIASES)
 
 
+def estimator_methods() -> dict[str, Method]:
+    """A method for each estimator of the registry that no definition above names as a method or alias: the
+    estimator alone, with its options' defaults (an estimator registered from outside the package gets one, so
+    the demo and a recipe can run it)."""
+    from edge_verl.estimators.base import ESTIMATORS
+
+    return {
+        name: Method(name, f"{entry.description}, alone", name)
+        for name, entry in ESTIMATORS.items() if name not in METHODS and name not in METHOD_ALIASES
+    }
+
+
+def method_names() -> tuple[str, ...]:
+    """Every method's name: the definitions above, their aliases, then each estimator's own (``estimator_methods``)."""
+    derived = tuple(name for name in estimator_names() if name not in METHODS and name not in METHOD_ALIASES)
+    return (*METHOD_NAMES, *derived)
+
+
 def get_method(name: str) -> Method:
-    """The definition of method ``name`` (a name in ``METHOD_NAMES``)."""
+    """The definition of method ``name`` (a name in ``method_names()``)."""
     method = METHODS.get(METHOD_ALIASES.get(name, name))
+    if method is None and name in estimator_names():
+        method = estimator_methods().get(name)
     if method is None:
-        raise ValueError(f"method {name!r} is not defined; defined: {', '.join(METHOD_NAMES)} (edge_verl/methods.py)")
+        raise ValueError(f"method {name!r} is not defined; defined: {', '.join(method_names())} (edge_verl/methods.py)")
     return method
 
 

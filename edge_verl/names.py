@@ -6,11 +6,9 @@ importing verl. Everything verl-facing is spelt here once.
 
 from __future__ import annotations
 
-# Advantage estimators in verl's core_algos registry (``algorithm.adv_estimator``); each also names the
-# config section of its options (``algorithm.edge_eda.*``, ``algorithm.gepo.*``).
-EDA_ESTIMATOR = "edge_eda"
-GEPO_ESTIMATOR = "gepo"
-ESTIMATORS = (EDA_ESTIMATOR, GEPO_ESTIMATOR)
+# The advantage estimators are not named here: each is a module of edge_verl/estimators/ named by its key in
+# verl's core_algos registry (``algorithm.adv_estimator``, also the section ``algorithm.<name>`` of its options);
+# ``edge_verl.estimators.names()`` lists them.
 
 # Guided Error Correction: the agent loop in verl's agent-loop registry, selected per training row by
 # the data's ``agent_name`` column; its options live under ``algorithm.edge_gec`` (switch: ``enable``).
@@ -60,10 +58,6 @@ GEC_ACTOR_SCOPE = f"{ACTOR_METRIC_PREFIX}/{GEC_LOSS_SCOPE}"
 # verl's ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included): the only mode whose clipping
 # GEC's per-origin ``vanilla_clip_frac`` recomputes.
 VANILLA_POLICY_LOSS = "vanilla"
-
-# verl's names for the estimators' per-token inputs in a batch -> the plugin's names. verl calls the old
-# policy's entropy "entropys" in the legacy trainer and "entropy" in the v1 trainer.
-BATCH_KEYS = {"entropys": "entropy", "entropy": "entropy", "old_log_probs": "old_log_probs"}
 
 # verl's ``actor_rollout_ref.model.fused_kernel_options.impl_backend`` value of the plugin's tiled log-prob +
 # entropy head (``integration/fused_head.py``), with ``actor_rollout_ref.model.use_fused_kernels=True``.

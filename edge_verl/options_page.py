@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from edge_verl import names
-from edge_verl.config import GecConfig, MetricsConfig, SeedingConfig, option_specs
-from edge_verl.integration.estimators import ESTIMATORS
+from edge_verl.algorithms.gec import GecConfig
+from edge_verl.config import MetricsConfig, SeedingConfig, option_specs
+from edge_verl.estimators.base import ESTIMATORS
 
 PAGE = "docs/options.md"
 HEADER = f"""# Options
@@ -31,13 +32,18 @@ description says what else is checked (a list's shape, a condition on another op
 
 
 def option_sections() -> dict[str, type]:
-    """``algorithm.<section>`` -> its config class: the papers' estimators (``names.ESTIMATORS``, not estimators
-    registered at run time), GEC, the extra metrics and the seeding of reproducible runs."""
-    sections = {name: ESTIMATORS[name].config for name in names.ESTIMATORS}
+    """``algorithm.<section>`` -> its config class: every estimator of the registry (``estimators.base.ESTIMATORS``:
+    the package's, then any registered from outside it), GEC, the extra metrics and the seeding of reproducible runs."""
+    sections = {name: entry.config for name, entry in ESTIMATORS.items()}
     sections[names.GEC_SECTION] = GecConfig
     sections[names.METRICS_SECTION] = MetricsConfig
     sections[names.SEEDING_SECTION] = SeedingConfig
     return sections
+
+
+def option_defaults(config: type) -> dict[str, Any]:
+    """Every option of ``config`` with its default, in field order (the Hydra configs' sections, ``edge_verl.conf``)."""
+    return {spec.name: list(spec.default) if isinstance(spec.default, tuple) else spec.default for spec in option_specs(config)}
 
 
 def _cell(text: str) -> str:

@@ -36,8 +36,11 @@ REPRODUCE = Command("reproduce", "run a paper table: each row's recipe per seed,
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from edge_verl.estimators import import_feature_modules
     from edge_verl.integration.cpu.overrides import ROLLOUTS
-    from edge_verl_lab.demo.run import ALGORITHMS, EDA_FORMS, TRAINERS, DemoConfig
+    from edge_verl_lab.demo.run import EDA_FORMS, TRAINERS, DemoConfig, algorithms
+
+    import_feature_modules()  # an estimator of one's own (EDGE_VERL_FEATURE_MODULES) is a demo algorithm too
     from edge_verl_lab.demo.task import DEFAULT_TASK, TASK_NAMES
     from edge_verl_lab.reproduce.cli import add_reproduce_parser
 
@@ -45,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help=DEMO.help)
     demo.add_argument(
-        "--algorithm", choices=ALGORITHMS, default=DemoConfig.algorithm,
+        "--algorithm", choices=algorithms(), default=DemoConfig.algorithm,
         help=f"gepo, edge_eda, edge (EDA + GEC), the controls, or verl's grpo (default {DemoConfig.algorithm})",
     )
     demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")

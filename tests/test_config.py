@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from edge_verl.config import EdaConfig, GepoConfig
+from edge_verl.estimators.edge_eda import EdaConfig
+from edge_verl.estimators.gepo import GepoConfig
 
 
 def test_defaults_are_the_papers():

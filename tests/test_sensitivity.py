@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edge_verl.cli import main
-from edge_verl.config import GepoConfig
+from edge_verl.estimators.gepo import GepoConfig
 from edge_verl_lab.reproduce.cli import sensitivity_grid
 from edge_verl_lab.reproduce.pipeline import Pipeline, RunCollision, Settings, check_runs, planned_runs, run_folder, run_identity
 from edge_verl_lab.reproduce.tables import GEPO_DEFAULT_GRID, GEPO_PAPER, TABLES, gepo_sensitivity_table

@@ -50,7 +50,8 @@ from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
 import torch
 
 from edge_verl.algorithms.seeds import keyed_rng
-from edge_verl.algorithms.group_stats import advantage_statistics, as_sampled_statistics, response_valid
+from edge_verl.config import _check_declared, _check_finite, _from_mapping, _option
+from edge_verl.estimators.base import advantage_statistics, as_sampled_statistics, response_valid
 from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP  # verl's bound on the log-ratio, checked by internals.CORE
 
 REGENERATE = "regenerate"
@@ -76,6 +77,123 @@ SAMPLED, CONTINUATION, PHRASE, ANSWER, SOLUTION = range(len(ORIGINS))
 NOT_SAMPLED = (PHRASE, ANSWER, SOLUTION)
 # edge_gec.injected_loss: how the actor trains the NOT_SAMPLED tokens (``treat_injected`` below).
 INJECTED_LOSSES = ("surrogate", "masked", "sft")
+
+
+# --- its options (algorithm.edge_gec) ---------------------------------------------------------------------
+
+ANSWER_SOURCES = ("gold", "placebo")
+PLACEBO_REWARDS = ("as_gold", "graded")
+FIRST_ATTEMPTS = ("keep", "drop")
+
+
+@dataclass(frozen=True)
+class GecConfig:
+    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
+
+    enable: GEC's one switch (default off). When on, the training data must mark its rows for the
+        ``edge_gec`` agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and
+        rollout log-probs must be off; when off, data with such rows is refused. Both checked before the
+        first rollout.
+    probabilities: [regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].
+    force_regenerate: the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.
+    scope: "every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which
+        no response is correct).
+    continuation_tokens: budget of the regenerate branch; paper 256 (always also capped so the whole
+        response stays within rollout.response_length).
+    first_sample_tokens: the first sample's own cap (the loop passes it as max_tokens), so that a correction
+        can grow past it: the reference samples up to 1024 tokens, then appends the phrase and up to 256 more.
+        The recipes set 1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the
+        phrase; the fit is checked before the first rollout, and with the phrase's token count when the
+        loop starts). None (default) = the first sample
+        may use all of rollout.response_length and corrections are cut to fit in it, so a response truncated
+        at the cap gets almost no continuation: a deviation kept because the default cannot know the
+        run's lengths (1024 would not fit most response_length settings).
+    max_prompt_tokens: only prompts SHORTER than this many tokens (chat template included) are corrected, as
+        in the reference (``if prompt_length < 256``); longer ones are left as sampled and counted
+        (gec/prompt_too_long). None = correct every prompt.
+    reflection_phrase / answer_template: the paper's texts; answer_template must contain "{answer}".
+    missing_solution: what a replace_solution draw does for a row without a reference solution: "regenerate"
+        (default; counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).
+    correct_threshold: a response whose reward score exceeds this counts as correct (binary reward: 0.5).
+    seed: seeds GEC's per-response random source together with the response's identity (its sampling seed,
+        ``algorithm.edge_seeding``); paper seed 42.
+    group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
+
+    The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
+    injected_loss: how the actor trains the tokens GEC wrote and the policy did not sample (the phrase,
+        the injected answer, the replaced solution; a regeneration's continuation IS sampled).
+        "surrogate" (paper): through the GRPO surrogate like every token. "masked": no policy gradient
+        through them (their advantage is 0 and their log-prob detached inside the loss), the group's
+        rewards and every advantage unchanged. "sft": no surrogate through them; instead a separate
+        token-mean NLL over them, times ``sft_coef``.
+    sft_coef: coefficient of that NLL term (injected_loss="sft" only); 1.0.
+    answer_source: "gold" (paper: the row's own answer and reference solution) or "placebo" (the answer
+        and solution of another training problem, drawn with the per-response seed among problems whose
+        answer grades wrong against this row's gold; a response with no such problem is left as sampled,
+        reason "no_placebo").
+    placebo_reward: the reward of a placebo-corrected response (read only with answer_source=placebo).
+        "as_gold" (default): what its gold twin earns, the same branch on the same first sample with this
+        row's own answer / solution, graded by the run's reward function as verl's reward loop would grade
+        it (``integration.gec_agent_loop``); a placebo is applied only where its twin fits, as the gold run's
+        correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected
+        content differs: the placebo that tests "the right answer is what helps", hence the default. Needs verl's
+        ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the response is
+        scored like any other, against this row's gold, so 0 (its candidates are chosen to grade wrong):
+        corrected responses count as wrong, so reward and content both differ from EDGE (the arm published
+        as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with answer_source=gold
+        is an error.
+    first_attempt: "keep" (paper: the regenerate and inject_answer branches append to the model's own
+        wrong first response) or "drop" (the corrected response is the phrase + continuation, or the
+        answer text alone), to test whether keeping the wrong first answer in a response rewarded 1 hurts.
+    """
+
+    enable: bool = False
+    probabilities: tuple[float, float, float] = (0.5, 0.25, 0.25)
+    force_regenerate: bool = False
+    scope: str = _option("every_incorrect", choices=("every_incorrect", "all_wrong_groups"))
+    continuation_tokens: int = _option(256, low=1)
+    first_sample_tokens: Optional[int] = _option(None, low=1)
+    max_prompt_tokens: Optional[int] = _option(256, low=1)
+    reflection_phrase: str = REFLECTION_PHRASE
+    answer_template: str = ANSWER_TEMPLATE
+    missing_solution: str = _option("regenerate", choices=("regenerate", "inject_answer", "skip"))
+    correct_threshold: float = 0.5
+    seed: int = 42
+    group_timeout_s: float = _option(600.0, low=0.001)
+    injected_loss: str = _option("surrogate", choices=INJECTED_LOSSES)
+    sft_coef: float = _option(1.0, low=0.0)
+    answer_source: str = _option("gold", choices=ANSWER_SOURCES)
+    placebo_reward: str = _option("as_gold", choices=PLACEBO_REWARDS)
+    first_attempt: str = _option("keep", choices=FIRST_ATTEMPTS)
+
+    def __post_init__(self) -> None:
+        _check_declared(self, "edge_gec")
+        probabilities = tuple(self.probabilities)
+        if len(probabilities) != 3:
+            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} needs 3 values [regenerate, inject_answer, replace_solution]")
+        for index, value in enumerate(probabilities):
+            _check_finite("edge_gec", f"probabilities[{index}]", value, low=0.0, high=1.0)
+        if abs(sum(probabilities) - 1.0) > 1e-6:
+            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} must sum to 1")
+        if self.force_regenerate:
+            probabilities = (1.0, 0.0, 0.0)
+        object.__setattr__(self, "probabilities", tuple(float(p) for p in probabilities))
+        if not isinstance(self.reflection_phrase, str) or not self.reflection_phrase:
+            raise ValueError("edge_gec.reflection_phrase must be a non-empty string")
+        if not isinstance(self.answer_template, str) or "{answer}" not in self.answer_template:
+            raise ValueError(f"edge_gec.answer_template={self.answer_template!r} must contain '{{answer}}'")
+        if self.injected_loss != "sft" and self.sft_coef != 1.0:
+            raise ValueError(f"edge_gec.sft_coef={self.sft_coef!r} is read only with edge_gec.injected_loss=sft")
+        if self.answer_source != "placebo" and self.placebo_reward != PLACEBO_REWARDS[0]:
+            raise ValueError(
+                f"edge_gec.placebo_reward={self.placebo_reward!r} is read only with edge_gec.answer_source=placebo "
+                f"(here {self.answer_source!r}): the gold answer is graded as it is; set answer_source=placebo or drop placebo_reward."
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":
+        return _from_mapping(cls, values)
+
 
 
 @dataclass(frozen=True)

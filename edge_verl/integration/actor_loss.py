@@ -1,5 +1,5 @@
 """The plugin's hook in verl's actor loss (``verl.workers.utils.losses``): an estimator's ``LossScale``
-(``integration/estimators.py``; EDA's gradient form) and GEC's injected tokens.
+(``edge_verl/estimators/``; EDA's gradient form) and GEC's injected tokens.
 
 In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
 ``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
@@ -7,7 +7,7 @@ columns the batch carries (written at the advantage step by the plugin), so any 
 verl's loss untouched:
 
 An estimator with a ``LossScale`` whose columns the micro-batch carries (EDA's gradient form, explained in
-``algorithms/eda.py``): per micro-batch, the entry's factor (B,) from those columns and the current policy's
+``estimators/edge_eda.py``): per micro-batch, the entry's factor (B,) from those columns and the current policy's
 entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``); verl's own policy loss
 (whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then receives the
 advantages times that factor. Diagnostics: ``actor/<estimator>/entropy_grad_share`` (of the loss gradient
@@ -39,8 +39,8 @@ import torch
 
 from edge_verl import names
 from edge_verl.algorithms import gec as gec_math
-from edge_verl.algorithms.eda import entropy_gradient_share, loss_gradients
-from edge_verl.integration.estimators import ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator
+from edge_verl.estimators.base import ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator
+from edge_verl.estimators.edge_eda import entropy_gradient_share, loss_gradients
 from edge_verl.integration.internals import CORE, POLICY_LOSS_KEYWORDS
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),

@@ -24,7 +24,6 @@ from edge_verl.gpu_stack import CudaInfo, describe_gpu_stack, has_module, instal
 from edge_verl import names
 from edge_verl.integration.cpu.overrides import CPU_ENV_FLAG, cpu_backend_requested
 
-EXPECTED_ESTIMATORS: tuple[str, ...] = names.ESTIMATORS
 EXPECTED_AGENT_LOOPS: tuple[str, ...] = (names.GEC_AGENT_LOOP,)
 
 _PROBE = r"""
@@ -73,6 +72,14 @@ print(json.dumps({
 """
 
 
+def expected_estimators() -> tuple[str, ...]:
+    """Every estimator of the registry (``edge_verl.estimators.names()``): the package's, and those registered in
+    this process from outside it (the doctor loads ``EDGE_VERL_FEATURE_MODULES`` first, as verl's processes do)."""
+    from edge_verl.estimators import names as estimator_names
+
+    return estimator_names()
+
+
 def probe_verl(python: str = sys.executable, cpu: bool = False) -> dict:
     """Import verl in a fresh interpreter and report what its registries contain; ``cpu``: with the CPU backend
     requested (``EDGE_VERL_CPU=1``), its registrations and its table too."""
@@ -88,7 +95,7 @@ def find_problems(report: dict) -> list[str]:
     problems = []
     if not report["entry_points"]:
         problems.append("no 'edge_verl' entry point in the verl.plugins group: is edge-verl installed in this environment?")
-    for name in EXPECTED_ESTIMATORS:
+    for name in expected_estimators():
         if name not in report["estimators"]:
             problems.append(f"advantage estimator {name!r} is not registered in verl's core_algos")
     for name in EXPECTED_AGENT_LOOPS:
@@ -160,6 +167,9 @@ def run_doctor(cpu: bool = False, stream=sys.stdout) -> int:
     """Print the report and every problem; 0 when there is none. ``cpu``: check the CPU backend too (as
     ``EDGE_VERL_CPU=1`` in the environment does)."""
     cpu = cpu or cpu_backend_requested()
+    from edge_verl.estimators import import_feature_modules
+
+    import_feature_modules()  # estimators of one's own: expected in verl's registry too
     try:
         report = probe_verl(cpu=cpu)
     except RuntimeError as error:

@@ -1,5 +1,5 @@
-"""The one verl adapter that serves every entry of the estimator table (``integration/estimators.py``), and
-their registration in verl's registry.
+"""The one verl adapter that serves every estimator of the registry (``edge_verl/estimators/``), and their
+registration in verl's registry.
 
 verl 0.9.1 calls a registered estimator with token_level_rewards, response_mask, index (uid) and config
 (= ``config.algorithm``) only. The per-token inputs an entry reads (EDA the old policy's entropy, GEPO the
@@ -21,9 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from edge_verl import names
-from edge_verl.algorithms.group_stats import group_index_from_uids
-from edge_verl.integration.estimators import ESTIMATORS, TOKEN_INPUTS, Estimator, GroupBatch
+from edge_verl.estimators.base import ESTIMATORS, TOKEN_INPUTS, VERL_BATCH_KEYS, Estimator, GroupBatch, group_index_from_uids
 from edge_verl.integration.run import AdvantageStep, TrainingRun, current_run, current_step, estimator_options, norm_adv_by_std, prefixed
 
 _HINT = (
@@ -36,11 +34,11 @@ def _token_input(name: str, step: Optional[AdvantageStep], batch: Optional[Mappi
     """Input ``name`` (B, T) from ``batch`` (verl's names) or the open step; errors say what to change."""
     tensor = None
     if batch is not None:
-        tensor = next((batch[key] for key, ours in names.BATCH_KEYS.items() if ours == name and key in batch.keys()), None)
+        tensor = next((batch[key] for key, ours in VERL_BATCH_KEYS.items() if ours == name and key in batch.keys()), None)
     if tensor is None and step is not None:
         tensor = step.inputs.get(name)
     if tensor is None:
-        raise KeyError(f"algorithm.adv_estimator={estimator} needs {TOKEN_INPUTS[name]}, which this batch does not carry. {_HINT}")
+        raise KeyError(f"algorithm.adv_estimator={estimator} needs {TOKEN_INPUTS[name].description}, which this batch does not carry. {_HINT}")
     if tensor.shape != shape:
         raise ValueError(f"{name} has shape {tuple(tensor.shape)}, response_mask {tuple(shape)}")
     return tensor

@@ -87,7 +87,7 @@ from edge_verl.algorithms.gec import (
     placebo_rng,
     strip_end_tokens,
 )
-from edge_verl.config import GecConfig
+from edge_verl.algorithms.gec import GecConfig
 from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
 from edge_verl.integration.run import check_budget, check_gec_supported, read_placebo_pool
 from edge_verl.integration.seeding import CONTINUATION_SALT, continuation_seed, sample_index

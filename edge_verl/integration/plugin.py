@@ -8,25 +8,21 @@ plugin load errors; ``edge-verl doctor`` re-does the import loudly.
 
 ``EDGE_VERL_FEATURE_MODULES`` (comma-separated module names, optional): modules imported first, in every
 verl process that inherits the variable (Ray's workers do), which add entries to the plugin's estimator
-table (``edge_verl.integration.estimators.register_estimator``): an estimator of one's own, registered in verl's registry
+registry (``edge_verl.estimators.base.register_estimator``): an estimator of one's own, registered in verl's registry
 with the paper's two and served by the same adapters.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any, Callable
 
+from edge_verl.estimators import import_feature_modules
 from edge_verl.integration import actor_loss, estimator_adapter, fused_head, seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.post_import import when_imported
 from edge_verl.integration.run import plugin_in_use, preflight_or_exit
 from edge_verl.integration.trainer import V1Adapter
-
-
-FEATURE_MODULES_VARIABLE = "EDGE_VERL_FEATURE_MODULES"
 
 
 def _make_validate_config(original: Callable) -> Callable:
@@ -66,8 +62,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
 
 
 def register() -> None:
-    for module_name in filter(None, (name.strip() for name in os.environ.get(FEATURE_MODULES_VARIABLE, "").split(","))):
-        importlib.import_module(module_name)
+    import_feature_modules()
     for module_name, hook in HOOKS.items():
         when_imported(module_name, hook)
 

@@ -45,10 +45,10 @@ import torch
 from omegaconf import OmegaConf
 
 from edge_verl import names
-from edge_verl.algorithms.gec import PlaceboProblem
+from edge_verl.algorithms.gec import GecConfig, PlaceboProblem
 from edge_verl.algorithms.seeds import keyed_seed, seed_global_generators
-from edge_verl.config import VERL_GRPO_EPSILON, GecConfig, MetricsConfig, SeedingConfig
-from edge_verl.integration.estimators import ESTIMATORS, Estimator
+from edge_verl.config import MetricsConfig, SeedingConfig
+from edge_verl.estimators.base import ESTIMATORS, VERL_GRPO_EPSILON, Estimator
 
 STATE_FILE = "edge_verl_state.json"
 EXIT_CODE = 2
@@ -158,7 +158,7 @@ class TrainingRun:
             gec=gec_options(algorithm_config),
             metrics=MetricsConfig.from_mapping(config_section(algorithm_config, names.METRICS_SECTION)),
             seeding=SeedingConfig.from_mapping(config_section(algorithm_config, names.SEEDING_SECTION)),
-            state=entry.state(options) if entry is not None and entry.state is not None else None,
+            state=entry.new_state(options) if entry is not None else None,
             norm_adv_by_std=norm_adv_by_std(algorithm_config),
         )
 
@@ -230,7 +230,7 @@ class AdvantageStep:
     for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
     sources: the responses' ``data_source`` (B,), when the run logs per-source statistics and the adapter's
     batch carries them; per_response: per-response (B,) values an estimator hands to those statistics
-    (GEPO: ``group_stats.per_source_statistics``'s ``gepo`` fields).
+    (GEPO: ``estimators.base.per_source_statistics``'s ``gepo`` fields).
     """
 
     run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer
@@ -245,7 +245,7 @@ class AdvantageStep:
     def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:
         """``group_index_from_uids(uids)``, computed once per uid array in this step: the estimator and the
         step's advantage statistics share it (verl hands both the same ``uid`` array)."""
-        from edge_verl.algorithms.group_stats import group_index_from_uids
+        from edge_verl.estimators.base import group_index_from_uids
 
         cached = self._groupings.get(id(uids))
         if cached is None or cached[0] is not uids:

@@ -29,6 +29,7 @@ import torch
 
 from edge_verl import names
 from edge_verl.algorithms import gec
+from edge_verl.estimators.base import batch_token_inputs
 from edge_verl.integration import seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.run import (
@@ -52,7 +53,7 @@ def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
     """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator; the step's uid grouping)."""
-    from edge_verl.algorithms.group_stats import advantage_statistics, outcome_statistics, response_valid
+    from edge_verl.estimators.base import advantage_statistics, outcome_statistics, response_valid
 
     batch = data.batch
     group_index, num_groups, is_pad = step.grouping(data.non_tensor_batch["uid"])
@@ -66,9 +67,8 @@ def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
 
 
 def step_inputs(data: Any) -> dict[str, torch.Tensor]:
-    """The estimator's per-token inputs in a verl batch, under the plugin's names (``names.BATCH_KEYS``)."""
-    batch = data.batch
-    return {ours: batch[key] for key, ours in names.BATCH_KEYS.items() if key in batch.keys()}
+    """The estimators' per-token inputs in a verl batch, under their names (``estimators.base.TOKEN_INPUTS``)."""
+    return batch_token_inputs(data.batch)
 
 
 def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tuple, kwargs: dict) -> Any:
@@ -88,7 +88,7 @@ def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tu
 def per_source_metrics(data: Any, step: Any) -> dict[str, float]:
     """``edge_verl/by_source/<data_source>/*`` of a verl batch after its advantage step: the responses'
     sources from the step (the v1 adapter reads them from the TransferQueue) or the batch (legacy)."""
-    from edge_verl.algorithms.group_stats import per_source_statistics
+    from edge_verl.estimators.base import per_source_statistics
 
     sources = step.sources if step.sources is not None else data.non_tensor_batch.get("data_source")
     if sources is None:

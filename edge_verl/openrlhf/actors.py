@@ -40,12 +40,12 @@ from typing import Any, Callable, Iterator
 
 from edge_verl.openrlhf.estimators import (
     ENTROPY_METHOD,
-    ESTIMATORS,
-    GEPO_STATE_KEY,
     compute_edge_advantages,
     edge_verl_token_entropy,
-    gepo_thresholds,
+    estimator_of,
+    estimator_state,
     keeping_plugin_logs,
+    state_key,
 )
 from edge_verl.openrlhf.internals import check_module_version
 from edge_verl.openrlhf.options import run_options
@@ -74,10 +74,10 @@ def globals_of(method: Callable, **wrappers: Callable[[Any], Any]) -> Iterator[N
 
 
 class GroupEstimatorMaker:
-    """``RemoteExperienceMaker``: ``gepo`` / ``edge_eda`` through ``compute_edge_advantages``."""
+    """``RemoteExperienceMaker``: the registry's estimators through ``compute_edge_advantages``."""
 
     def compute_advantages_and_returns(self, experiences, **kwargs):
-        if self.strategy.args.algo.advantage.estimator not in ESTIMATORS:
+        if estimator_of(self.strategy.args) is None:
             return super().compute_advantages_and_returns(experiences, **kwargs)
         apply_length_penalties = importlib.import_module(EXPERIENCE_MAKER).apply_length_penalties
         return compute_edge_advantages(self, experiences, run_options(), apply_length_penalties)
@@ -100,27 +100,29 @@ class EdgeTrainer:
         label_rollouts(self)  # the sync trainer's samples generator (the async one is GenerateSamplesActor's)
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
-        thresholds = gepo_thresholds(self.experience_maker, run_options())
-        if thresholds is not None and client_states is not None:
-            client_states[GEPO_STATE_KEY] = thresholds.state_dict()
+        state = estimator_state(self.experience_maker, run_options())
+        if state is not None and client_states is not None:
+            client_states[state_key(estimator_of(self.experience_maker.strategy.args))] = state.state_dict()
         return super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
 
     def restore_best_checkpoint_state(self, checkpoint_states):
         super().restore_best_checkpoint_state(checkpoint_states)
         options = run_options()
-        thresholds = gepo_thresholds(self.experience_maker, options)
-        if thresholds is None:
+        state = estimator_state(self.experience_maker, options)
+        if state is None:
             return
+        entry = estimator_of(self.experience_maker.strategy.args)
+        key, label = state_key(entry), entry.state_label or f"{entry.name} state"
         states = checkpoint_states or {}
-        if GEPO_STATE_KEY in states:
-            thresholds.load_state_dict(states[GEPO_STATE_KEY])
-            print(f"edge_verl: GEPO thresholds restored at global_step {states.get('global_step')}: "
-                  f"{json.dumps(thresholds.state_dict(), sort_keys=True)}", flush=True)
-        elif states.get("global_step", 0) > 0 and not options.gepo.resume_without_state:
+        if key in states:
+            state.load_state_dict(states[key])
+            print(f"edge_verl: {label} restored at global_step {states.get('global_step')}: "
+                  f"{json.dumps(state.state_dict(), sort_keys=True)}", flush=True)
+        elif states.get("global_step", 0) > 0 and not options.estimator(entry.name).resume_without_state:
             raise ValueError(
-                f"Resuming a gepo run at global_step {states['global_step']} from a checkpoint without GEPO's "
-                f"thresholds ({GEPO_STATE_KEY!r} in client_states): it was not saved by edge_verl's launcher. Set "
-                "gepo.resume_without_state=true in the EDGE_VERL_OPENRLHF options to start the thresholds afresh."
+                f"Resuming a {entry.name} run at global_step {states['global_step']} from a checkpoint without the "
+                f"{label} ({key!r} in client_states): it was not saved by edge_verl's launcher. Set "
+                f"{entry.name}.resume_without_state=true in the EDGE_VERL_OPENRLHF options to start them afresh."
             )
 
     def evaluate(self, global_step, **generate_kwargs):

@@ -10,10 +10,9 @@ runs. Without the launcher, set either variable where Ray starts its workers.
 Layout (every section optional; unknown keys are errors that name the allowed ones):
   {"reward":   {"format_policy": "strict", "timeout_s": 5, "wait_s": 120},
    "gec":      {... GecConfig's fields (``enable`` is implied by using the agent file) ...},
-   "gepo":     {... GepoConfig's fields ...},
-   "edge_eda": {... EdaConfig's fields ...},
+   "<estimator>": {... its options' fields ...},  one section per estimator of the registry ("gepo", "edge_eda", ...)
    "dump":     {"dir": "/abs/path"}}
-``dump.dir`` (default none: off): the trainer writes each advantage computation of ``gepo`` / ``edge_eda`` there
+``dump.dir`` (default none: off): the trainer writes each advantage computation of the plugin's estimators there
 (``advantages_<k>.pt``: its inputs, the options it ran with and its outputs; ``estimators.dump_batch``), for
 checking a run offline against the pure functions. A path on the trainer's node; about (B, A) float32 tensors a step.
 The GEC agent file without a ``gec`` section runs GEC's defaults (the paper's). The executor learns the group size
@@ -31,12 +30,22 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig
+from edge_verl.algorithms.gec import GecConfig
+from edge_verl.estimators import import_feature_modules
+from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.reward.score import FORMAT_POLICIES
 
 ENV_VAR = "EDGE_VERL_OPENRLHF"
 CONTENT_ENV_VAR = "EDGE_VERL_OPENRLHF_OPTIONS"
-SECTIONS = ("reward", "gec", "gepo", "edge_eda", "dump")
+
+
+def sections() -> tuple[str, ...]:
+    """The file's sections: the reward's, GEC's, one per estimator of the registry, the dump's."""
+    return ("reward", "gec", *ESTIMATORS, "dump")
+
+
+def _estimator_defaults() -> dict[str, Any]:
+    return {name: entry.options({}) for name, entry in ESTIMATORS.items()}
 
 
 def _positive_or_none(owner: str, name: str, value: Any) -> Optional[float]:
@@ -121,14 +130,24 @@ class OpenRlhfGec:
 
 @dataclass(frozen=True)
 class OpenRlhfOptions:
-    """Every option of the coupling, validated (see the module docstring); ``gec`` is None without a section."""
+    """Every option of the coupling, validated (see the module docstring); ``gec`` is None without a section;
+    ``estimators``: each estimator's options by name (``options.gepo`` reads ``estimators["gepo"]``)."""
 
     reward: RewardOptions = field(default_factory=RewardOptions)
     gec: Optional[OpenRlhfGec] = None
-    gepo: GepoConfig = field(default_factory=GepoConfig)
-    edge_eda: EdaConfig = field(default_factory=EdaConfig)
+    estimators: Mapping[str, Any] = field(default_factory=_estimator_defaults)
     dump: DumpOptions = field(default_factory=DumpOptions)
     source: str = ""
+
+    def __getattr__(self, name: str) -> Any:
+        estimators = self.__dict__.get("estimators")
+        if estimators is not None and name in estimators:
+            return estimators[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or estimator section {name!r}")
+
+    def estimator(self, name: str) -> Any:
+        """The validated options of estimator ``name`` (its section, or its defaults)."""
+        return self.estimators[name]
 
     def gec_or_default(self) -> OpenRlhfGec:
         """The ``gec`` section, or GEC's defaults (the paper's) when the file has none."""
@@ -137,8 +156,8 @@ class OpenRlhfOptions:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], source: str = "") -> "OpenRlhfOptions":
         if not isinstance(values, Mapping):
-            raise ValueError(f"{ENV_VAR} file {source!r} must hold a JSON object with sections {list(SECTIONS)}")
-        _check_keys("file", values, set(SECTIONS))
+            raise ValueError(f"{ENV_VAR} file {source!r} must hold a JSON object with sections {list(sections())}")
+        _check_keys("file", values, set(sections()))
         reward = values.get("reward") or {}
         _check_keys("reward", reward, {f.name for f in fields(RewardOptions)})
         gec = values.get("gec")
@@ -147,8 +166,7 @@ class OpenRlhfOptions:
         return cls(
             reward=RewardOptions(**reward),
             gec=None if gec is None else OpenRlhfGec.from_mapping(gec),
-            gepo=GepoConfig.from_mapping(values.get("gepo")),
-            edge_eda=EdaConfig.from_mapping(values.get("edge_eda")),
+            estimators={name: entry.options(values.get(name)) for name, entry in ESTIMATORS.items()},
             dump=DumpOptions(**dump),
             source=source,
         )
@@ -186,6 +204,7 @@ def run_options() -> OpenRlhfOptions:
     every Ray worker) when set, else from the file ``EDGE_VERL_OPENRLHF`` names; parsed once per value."""
     key = (os.environ.get(CONTENT_ENV_VAR, ""), os.environ.get(ENV_VAR, ""))
     if key not in _CACHE:
+        import_feature_modules()  # estimators of one's own have sections too
         content, path = key
         if content:
             try:

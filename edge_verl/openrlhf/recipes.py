@@ -21,20 +21,30 @@ import math
 from dataclasses import dataclass
 
 from edge_verl.data import PAPER_EVAL
+from edge_verl.estimators import names
 from edge_verl.methods import SYMMETRIC_ALPHA, get_method
 from edge_verl.openrlhf.data import train_file_name
 from edge_verl.recipes import GEC_PHRASE_ROOM, MODEL_TAGS, TRAINING_SETUPS
 
 FOLDER = "openrlhf"
-# verl's estimator name -> OpenRLHF's (--algo.advantage.estimator): GRPO is OpenRLHF's group_norm.
-ESTIMATORS = {"grpo": "group_norm", "edge_eda": "edge_eda", "gepo": "gepo"}
+# verl's GRPO is OpenRLHF's group_norm (--algo.advantage.estimator); every estimator of the registry keeps its name.
+OPENRLHF_GRPO = "group_norm"
 # (the verl recipes' setup, the model, the methods): each paper's rows
 FAMILIES = (
     ("edge", "Qwen/Qwen2.5-Math-7B", ("grpo", "eda", "gec", "edge")),
     ("gepo", "Qwen/Qwen2.5-7B", ("grpo", "gepo", "gepo_no_high", "gepo_no_low", "gepo_symmetric")),
 )
-# A method's Hydra options that carry over to the options file: algorithm.<section>.<key>=<value>.
-OPTION_SECTIONS = ("gepo", "edge_eda")
+
+
+def openrlhf_estimator(estimator: str) -> str | None:
+    """OpenRLHF's ``--algo.advantage.estimator`` for a method's estimator; None when OpenRLHF has no form of it."""
+    return OPENRLHF_GRPO if estimator == "grpo" else estimator if estimator in names() else None
+
+
+def option_sections() -> tuple[str, ...]:
+    """A method's Hydra options that carry over to the options file: algorithm.<section>.<key>=<value>, one section
+    per estimator of the registry."""
+    return names()
 EDA_DEVIATION = ("EDA in its detached form: OpenRLHF's loss has no hook for the current entropy, which the paper's "
                  "gradient form needs (the verl recipes run it)")
 
@@ -57,7 +67,7 @@ class OpenRlhfRecipe:
 
     def __post_init__(self) -> None:
         method = get_method(self.method)
-        if method.estimator not in ESTIMATORS or method.force_regenerate:
+        if openrlhf_estimator(method.estimator or "") is None or method.force_regenerate:
             raise ValueError(f"OpenRLHF recipe {self.method}: its estimator {method.estimator!r} (or Force-R) has no OpenRLHF form")
         if self.setup not in method.knobs or self.model not in MODEL_TAGS:
             raise ValueError(f"OpenRLHF recipe {self.method}: setup {self.setup!r} / model {self.model!r} is not one of its rows")
@@ -70,7 +80,7 @@ class OpenRlhfRecipe:
 
     @property
     def estimator(self) -> str:
-        return ESTIMATORS[get_method(self.method).estimator]
+        return openrlhf_estimator(get_method(self.method).estimator)
 
     @property
     def gec(self) -> bool:
@@ -80,11 +90,11 @@ class OpenRlhfRecipe:
     def options(self) -> dict:
         """The EDGE_VERL_OPENRLHF file's sections (besides GEC's group size and temperature, which the recipe fills in)."""
         method = get_method(self.method)
-        sections: dict[str, dict] = {name: {} for name in OPTION_SECTIONS if ESTIMATORS[method.estimator] == name}
+        sections: dict[str, dict] = {name: {} for name in option_sections() if method.estimator == name}
         for option in method.options:
             key, value = option.format(gepo_symmetric_alpha=SYMMETRIC_ALPHA).lstrip("+").split("=", 1)
             parts = key.split(".")
-            if len(parts) != 3 or parts[0] != "algorithm" or parts[1] not in OPTION_SECTIONS:
+            if len(parts) != 3 or parts[0] != "algorithm" or parts[1] not in option_sections():
                 raise ValueError(f"OpenRLHF recipe {self.method}: option {option!r} has no OpenRLHF form")
             sections.setdefault(parts[1], {})[parts[2]] = _value(value)
         return sections

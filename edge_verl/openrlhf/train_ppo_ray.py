@@ -3,7 +3,8 @@
 
 OpenRLHF builds its parser inside ``if __name__ == "__main__"`` of ``openrlhf.cli.train_ppo_ray``. This
 launcher runs that ``__main__`` (``runpy``) in its own process with, for that run only:
-- ``--algo.advantage.estimator`` also accepting ``gepo`` and ``edge_eda``;
+- ``--algo.advantage.estimator`` also accepting every estimator of the registry (``gepo``, ``edge_eda``, and those
+  of the modules ``EDGE_VERL_FEATURE_MODULES`` names, which every worker imports too);
 - the arguments checked (``check_args``) as OpenRLHF hierarchizes them (``openrlhf.utils.config.hierarchize``,
   called once right after parsing, before OpenRLHF's own checks and before Ray);
 - edge_verl's actor classes in the place of OpenRLHF's ``PPOTrainer``, ``PPOTrainerAsync`` and
@@ -25,7 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from edge_verl.openrlhf.estimators import ESTIMATORS, check_run_args
+from edge_verl.estimators import FEATURE_MODULES_VARIABLE, import_feature_modules
+from edge_verl.estimators.base import ESTIMATORS
+from edge_verl.openrlhf.estimators import check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
 from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
 from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, uses_gec_agent
@@ -81,7 +84,10 @@ def launcher_options() -> str:
 def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
     """OpenRLHF's ``runtime_env`` plus the options' content (``options``: ``options_text``) in its env_vars."""
     merged = dict(runtime_env or {})
-    return {**merged, "env_vars": {**(merged.get("env_vars") or {}), CONTENT_ENV_VAR: options}}
+    ours = {CONTENT_ENV_VAR: options}
+    if os.environ.get(FEATURE_MODULES_VARIABLE):  # estimators of one's own: every worker registers them
+        ours[FEATURE_MODULES_VARIABLE] = os.environ[FEATURE_MODULES_VARIABLE]
+    return {**merged, "env_vars": {**(merged.get("env_vars") or {}), **ours}}
 
 
 @contextlib.contextmanager
@@ -100,6 +106,7 @@ def attributes_set(values: dict[tuple[Any, str], Any]) -> Iterator[None]:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     check_installed_version()  # before any OpenRLHF module is imported: a moved module would fail less clearly
+    import_feature_modules()
     options = launcher_options()  # bad options fail here, before Ray or any model
     os.environ[CONTENT_ENV_VAR] = options  # this process reads them as its workers will
     import openrlhf.utils.config as config_module

@@ -21,16 +21,37 @@ from edge_verl.integration.cpu.overrides import (
     BLAS_THREAD_VARIABLES, CPU_ISA_VARIABLES, ROLLOUTS, UNUSED_ON_FSDP, connect_overrides, cpu_environment, cpu_overrides,
     cpu_threads, pin_numeric_path,
 )
+from edge_verl.estimators import names as estimator_names
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
-# Methods of edge_verl/methods.py the demo runs: the four headline ones first (edge_eda: the name of EDA
-# alone there, "eda"), then every other RL method (ablations, controls, baselines; not SFT).
-HEADLINE_ALGORITHMS = ("grpo", "edge_eda", "gepo", "edge")
-ALGORITHMS = HEADLINE_ALGORITHMS + tuple(
-    name for name, method in METHODS.items() if method.estimator is not None and name not in HEADLINE_ALGORITHMS + ("eda",)
-)
-# What DemoConfig.algorithm accepts: the above and EDA under its method name (the study's rows say "eda").
-DEMO_METHODS = (*ALGORITHMS, "eda")
+
+def headline_algorithms() -> tuple[str, ...]:
+    """The demo's headline methods: verl's GRPO, each estimator of the registry alone under its own name (EDA's
+    is the method "eda"; one registered from outside the package is its own method), and EDGE-GRPO."""
+    return ("grpo", *estimator_names(), "edge")
+
+
+def algorithms() -> tuple[str, ...]:
+    """Methods of edge_verl/methods.py the demo runs: the headline ones first, then every other RL method
+    (ablations, controls, baselines; not SFT)."""
+    headline = headline_algorithms()
+    return headline + tuple(name for name, method in METHODS.items() if method.estimator is not None and name not in headline + ("eda",))
+
+
+def demo_methods() -> tuple[str, ...]:
+    """What DemoConfig.algorithm accepts: ``algorithms()`` and EDA under its method name (the study's rows say "eda")."""
+    return (*algorithms(), "eda")
+
+
+_LIVE = {"HEADLINE_ALGORITHMS": headline_algorithms, "ALGORITHMS": algorithms, "DEMO_METHODS": demo_methods}
+
+
+def __getattr__(name: str):
+    """``HEADLINE_ALGORITHMS``, ``ALGORITHMS``, ``DEMO_METHODS``: the functions above, read when asked for (the
+    registry may have grown since this module was imported)."""
+    if name in _LIVE:
+        return _LIVE[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 TRAINERS = ("v1", "legacy")
 # verl 0.9.1's actor.loss_agg_mode values (verl.trainer.ppo.core_algos.agg_loss).
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -140,8 +161,9 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         the_task = task.get_task(self.task)  # raises on an unknown task, naming the defined ones
-        if self.algorithm not in DEMO_METHODS:
-            raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(DEMO_METHODS)}")
+        allowed = demo_methods()
+        if self.algorithm not in allowed:
+            raise ValueError(f"algorithm={self.algorithm!r}; allowed: {', '.join(allowed)}")
         if self.trainer not in TRAINERS:
             raise ValueError(f"trainer={self.trainer!r}; allowed: {', '.join(TRAINERS)}")
         if self.eda_form not in EDA_FORMS:

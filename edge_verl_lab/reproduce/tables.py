@@ -2,7 +2,7 @@
 overrides appended after the recipe's name, the row each row is compared with, and the numbers the paper
 reports for it (pass@1 %, EDGE_GRPO.md section 4). Also GEPO's sensitivity sweep (one coefficient at a
 time around the paper's values) as a table whose rows are grid points. No verl (and no torch) import:
-the grid is validated with edge_verl.config.GepoConfig on demand (``Sweep.check``)."""
+the grid is validated with edge_verl.estimators.gepo.GepoConfig on demand (``Sweep.check``)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class Sweep:
     def check(self) -> None:
         """Every grid point is a valid GepoConfig (the centre with one coefficient replaced), else a
         ValueError naming the point and GepoConfig's reason."""
-        from edge_verl.config import GepoConfig
+        from edge_verl.estimators.gepo import GepoConfig
 
         for coefficient, points in self.points.items():
             for value, _ in points:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.algorithms.eda import compute_eda_advantages
-from edge_verl.algorithms.group_stats import group_index_from_uids, grpo_advantages
+from edge_verl.estimators.edge_eda import compute_eda_advantages
+from edge_verl.estimators.base import group_index_from_uids, grpo_advantages
 from tests.algorithms.reference import eda_reference
 
 
@@ -114,7 +114,7 @@ def test_entropy_gradient_scale_hand_computed():
     # Old pass: P_old = (0.3, 0.9), group mean 0.6 -> P_hat_old = (0.5, 1.5).
     # Current P = (0.6, 0.9): P_hat = (1.0, 1.5) -> s = P_hat_old / P_hat = (0.5, 1.0).
     # ds_0/dP_0 = -P_hat_old_0 * mean / P_0^2 = -0.5 * 0.6 / 0.36 = -0.83333; ds_1/dP_1 = -1.5 * 0.6 / 0.81 = -1.11111.
-    from edge_verl.algorithms.eda import entropy_gradient_scale
+    from edge_verl.estimators.edge_eda import entropy_gradient_scale
 
     current = torch.tensor([0.6, 0.9], requires_grad=True)
     scale = entropy_gradient_scale(current, torch.tensor([0.6, 0.6]), torch.tensor([0.5, 1.5]), entropy_epsilon=1e-6, ratio_clamp=None)
@@ -124,7 +124,7 @@ def test_entropy_gradient_scale_hand_computed():
 
 
 def test_entropy_gradient_scale_is_one_at_the_old_policy_and_follows_the_estimator():
-    from edge_verl.algorithms.eda import entropy_gradient_scale
+    from edge_verl.estimators.edge_eda import entropy_gradient_scale
 
     rng = np.random.default_rng(5)
     uids = [f"u{i // 4}" for i in range(24)]
@@ -151,7 +151,7 @@ def test_entropy_gradient_scale_is_one_at_the_old_policy_and_follows_the_estimat
 
 
 def test_entropy_gradient_scale_is_finite_with_zero_entropy_and_unscaled_rows_have_no_gradient():
-    from edge_verl.algorithms.eda import entropy_gradient_scale
+    from edge_verl.estimators.edge_eda import entropy_gradient_scale
 
     current = torch.tensor([0.0, 0.4, 0.7, float("inf")], requires_grad=True)
     group = torch.tensor([0.5, 0.0, 0.5, 0.5])  # row 1: left unscaled by the estimator

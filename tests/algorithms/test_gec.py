@@ -34,7 +34,7 @@ from edge_verl.algorithms.gec import (
     summarize_corrections,
     token_origins,
 )
-from edge_verl.config import GecConfig
+from edge_verl.algorithms.gec import GecConfig
 
 PAPER = (0.5, 0.25, 0.25)
 

@@ -17,7 +17,7 @@ from edge_verl.algorithms.gec import (
     treat_injected,
     vanilla_clipped,
 )
-from edge_verl.algorithms.group_stats import as_sampled_statistics, group_index_from_uids
+from edge_verl.estimators.base import as_sampled_statistics, group_index_from_uids
 
 S, C, P, A, SOL = range(5)
 

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.algorithms.gepo import (
+from edge_verl.estimators.gepo import (
     GepoThresholds,
     batch_entropy_stats,
     candidate_thresholds,
     compute_gepo_advantages,
     compute_group_entropy,
 )
-from edge_verl.algorithms.group_stats import group_index_from_uids
+from edge_verl.estimators.base import group_index_from_uids
 from tests.algorithms.reference import gepo_group_entropy_reference
 
 

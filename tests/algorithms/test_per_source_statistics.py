@@ -1,4 +1,4 @@
-"""``group_stats.per_source_statistics``: every training statistic split by data source (a mixture's tasks)."""
+"""``estimators.base.per_source_statistics``: every training statistic split by data source (a mixture's tasks)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.algorithms.group_stats import group_index_from_uids, outcome_statistics, per_source_statistics
+from edge_verl.estimators.base import group_index_from_uids, outcome_statistics, per_source_statistics
 
 
 def _batch():

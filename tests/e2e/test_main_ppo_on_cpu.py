@@ -100,7 +100,7 @@ def test_gec_switched_on_without_gec_rows_fails_before_the_first_rollout(tmp_pat
 
 
 def test_an_estimator_added_through_the_feature_table_alone_trains_end_to_end(run_cpu_demo, monkeypatch):
-    # tests/e2e/toy_estimator.py registers `toy_sign` in edge_verl.integration.estimators and nothing else; every verl
+    # tests/e2e/toy_estimator.py registers `toy_sign` in the registry (edge_verl.estimators.base) and nothing else; every verl
     # process imports it (EDGE_VERL_FEATURE_MODULES), so verl's registry, the run's options and state, the
     # adapters' inputs, its metrics and the checkpoint's state file all come from the table's entry
     from pathlib import Path

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_verl.algorithms.eda import compute_eda_advantages
-from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.estimators.edge_eda import compute_eda_advantages
+from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
 from edge_verl.openrlhf import cpu
 
 REPO = Path(__file__).resolve().parents[2]

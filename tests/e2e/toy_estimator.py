@@ -1,6 +1,7 @@
-"""A toy advantage estimator added through the estimator table alone (``edge_verl.integration.estimators``), for the e2e
-test that trains it: imported in every verl process by ``EDGE_VERL_FEATURE_MODULES``. Nothing else of the
-plugin knows it.
+"""A toy advantage estimator added from outside the package through the registry alone
+(``edge_verl.estimators.base.register_estimator``), for the e2e test that trains it (imported in every verl
+process by ``EDGE_VERL_FEATURE_MODULES``) and for tests/test_registry.py, which finds it in every consumer of the
+registry. Nothing else of the plugin knows it.
 
 ``toy_sign``: each response's advantage is the sign of its reward minus its group's mean, spread over its
 response tokens; it reads the old log-probs (to exercise the inputs), keeps a call counter as training state
@@ -12,14 +13,18 @@ from typing import Any, Mapping
 
 import torch
 
-from edge_verl.config import EstimatorOptions
-from edge_verl.integration.estimators import Estimator, EstimatorOutput, GroupBatch, register_estimator
+from edge_verl.estimators.base import Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, register_estimator
 
 NAME = "toy_sign"
 
 
 @dataclass(frozen=True)
 class ToyConfig(EstimatorOptions):
+    """The toy's options (``algorithm.toy_sign``).
+
+    scale: the magnitude of every advantage (the sign of reward minus the group mean, times this).
+    """
+
     scale: float = 1.0
     token_inputs = ("old_log_probs",)
 

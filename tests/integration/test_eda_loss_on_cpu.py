@@ -23,8 +23,7 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.utils import losses
 
 from edge_verl_lab.demo.tiny import build_model, build_tokenizer
-from edge_verl import names
-from edge_verl.integration.estimators import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
+from edge_verl.estimators.edge_eda import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN, NAME as EDA_ESTIMATOR
 from edge_verl.integration.run import TrainingRun, active_run
 
 pytestmark = pytest.mark.verl
@@ -173,8 +172,8 @@ def test_gradient_form_matches_the_reference_loss_and_gradient(tiny, perturb):
     assert grads.keys() == reference_grads.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads[name], reference_grads[name], rtol=RTOL, atol=ATOL, msg=name)
-    share = metrics[f"{names.EDA_ESTIMATOR}/entropy_grad_share"].aggregate()
-    scale = metrics[f"{names.EDA_ESTIMATOR}/loss_scale_mean"].aggregate()
+    share = metrics[f"{EDA_ESTIMATOR}/entropy_grad_share"].aggregate()
+    scale = metrics[f"{EDA_ESTIMATOR}/loss_scale_mean"].aggregate()
     assert 0.0 < share < 1.0
     if not perturb:  # at the old policy the factor is exactly 1: same loss value as the detached form
         assert scale == pytest.approx(1.0, abs=1e-6)
@@ -194,7 +193,7 @@ def test_detached_form_gradient_equals_the_constant_advantage_reference(tiny, pe
     torch.testing.assert_close(loss, reference_loss, rtol=RTOL, atol=ATOL)
     for name in grads:
         torch.testing.assert_close(grads[name], reference_grads[name], rtol=RTOL, atol=ATOL, msg=name)
-    assert not any(key.startswith(names.EDA_ESTIMATOR) for key in metrics)
+    assert not any(key.startswith(EDA_ESTIMATOR) for key in metrics)
 
 
 def test_gradient_form_without_entropy_in_the_loss_is_a_clear_error(tiny):

@@ -23,7 +23,7 @@ from verl.workers.utils import losses
 
 from edge_verl.algorithms.gec import ORIGINS, finish_origin_metrics
 from edge_verl import names
-from edge_verl.integration.estimators import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
+from edge_verl.estimators.edge_eda import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
 from edge_verl.integration.trainer import finish_gec_actor_metrics
 
 pytestmark = pytest.mark.verl

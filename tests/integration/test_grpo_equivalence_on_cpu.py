@@ -8,7 +8,7 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
-from edge_verl.algorithms.group_stats import grpo_advantages, group_index_from_uids
+from edge_verl.estimators.base import grpo_advantages, group_index_from_uids
 
 GROUP_SIZES = (1, 2, 3, 5, 8)
 

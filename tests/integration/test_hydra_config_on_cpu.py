@@ -8,7 +8,10 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from edge_verl.config import EdaConfig, GecConfig, GepoConfig, MetricsConfig
+from edge_verl.algorithms.gec import GecConfig
+from edge_verl.config import MetricsConfig
+from edge_verl.estimators.edge_eda import EdaConfig
+from edge_verl.estimators.gepo import GepoConfig
 
 pytestmark = pytest.mark.verl
 

@@ -17,7 +17,8 @@ from verl.trainer.ppo.v1 import trainer_base
 
 from edge_verl.algorithms.gec import decision_rng
 from edge_verl import names
-from edge_verl.integration import estimators, run as runs
+from edge_verl.estimators import edge_eda as estimators
+from edge_verl.integration import run as runs
 from edge_verl.integration.gec_agent_loop import response_identity, sample_index
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step

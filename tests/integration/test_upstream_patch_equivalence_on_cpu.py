@@ -18,9 +18,9 @@ import torch
 from verl.base_config import BaseConfig
 from verl.utils import as_torch_index, group_mean_std
 
-from edge_verl.algorithms.eda import compute_eda_advantages
-from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.algorithms.group_stats import group_index_from_uids
+from edge_verl.estimators.edge_eda import compute_eda_advantages
+from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.estimators.base import group_index_from_uids
 
 PATCHES = Path(__file__).resolve().parents[2] / "upstream" / "verl" / "patches"
 

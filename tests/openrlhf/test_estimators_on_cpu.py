@@ -15,8 +15,9 @@ import pytest
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from edge_verl.algorithms.eda import compute_eda_advantages
-from edge_verl.algorithms.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.estimators.edge_eda import compute_eda_advantages
+from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
+from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.openrlhf import actors, estimators
 from edge_verl.openrlhf.internals import PINNED_VERSION, check_version, find_mismatches
 from edge_verl.openrlhf.options import ENV_VAR, OpenRlhfOptions
@@ -70,7 +71,7 @@ def orl(openrlhf_modules, monkeypatch, tmp_path):
         monkeypatch.setenv(ENV_VAR, str(path))
 
     def make(estimator, temperature=0.6, **arg_overrides):
-        maker_class = maker_cls if estimator in estimators.ESTIMATORS else maker_module.RemoteExperienceMaker
+        maker_class = maker_cls if estimator in ESTIMATORS else maker_module.RemoteExperienceMaker
         maker = maker_class.__new__(maker_class)
         maker.strategy = SimpleNamespace(args=run_args(estimator, **arg_overrides))
         maker.advantage_estimator = estimator
@@ -141,7 +142,7 @@ def test_gepo_worked_example_through_openrlhf(orl):
     expected = torch.tensor([0.5 * a, -a, a, -a, a, -0.2 * a])
     torch.testing.assert_close(result.advantages, expected[:, None].expand(6, 2), atol=1e-5, rtol=0)
     torch.testing.assert_close(result.returns, result.advantages)
-    thresholds = getattr(maker, estimators.THRESHOLDS_ATTRIBUTE)
+    thresholds = getattr(maker, estimators.state_key(ESTIMATORS["gepo"]))
     assert thresholds.h_low == pytest.approx(2 - 0.2 * math.sqrt(2 / 3)) and thresholds.num_updates == 1
 
 
@@ -164,7 +165,7 @@ def test_gepo_equals_algorithms_on_random_batches(orl, seed):
         )
         torch.testing.assert_close(by_position(results, "advantages", width), expected.advantages)
     # Equal up to float32 summation order (OpenRLHF's rows are shuffled across micro-batches).
-    state, reference = getattr(maker, estimators.THRESHOLDS_ATTRIBUTE).state_dict(), reference_thresholds.state_dict()
+    state, reference = getattr(maker, estimators.state_key(ESTIMATORS["gepo"])).state_dict(), reference_thresholds.state_dict()
     assert state.pop("num_updates") == reference.pop("num_updates") == 2 and state.pop("init") == reference.pop("init")
     assert state == pytest.approx(reference, rel=1e-6)
 
@@ -208,7 +209,7 @@ def test_dump_dir_saves_each_computation_with_its_inputs_and_options(orl, tmp_pa
             # rewards by position, rows by experience: the same samples
             assert torch.equal(dumped["rewards"][dumped["positions"]], dumped["scores"])
         if estimator == "gepo":
-            assert dumped["thresholds_before"]["num_updates"] == 1
+            assert dumped["state_before"]["num_updates"] == 1
 
 
 def test_reward_clamp_applies_to_rewards_not_advantages(orl):
@@ -233,7 +234,7 @@ def test_other_estimators_run_openrlhfs_own_code(orl):
     (result,) = maker.compute_advantages_and_returns([experience])
     reference = (rewards - rewards.mean()) / (rewards.std() + 1e-9)  # OpenRLHF's group_norm
     torch.testing.assert_close(result.advantages, reference[:, None].expand(4, 2))
-    assert not hasattr(maker, estimators.THRESHOLDS_ATTRIBUTE)
+    assert not hasattr(maker, estimators.state_key(ESTIMATORS["gepo"]))
 
 
 def test_run_checks_name_the_bad_value():
@@ -248,7 +249,7 @@ def test_run_checks_name_the_bad_value():
     with pytest.raises(ValueError, match=r"--rollout.batch_size=1: gepo needs at least 2 prompt groups per step; its thresholds"):
         check_args(run_args("gepo", prompts=1), options)
     check_args(run_args("edge_eda", prompts=1), options)
-    with pytest.raises(ValueError, match="entropy_gradient=true needs"):
+    with pytest.raises(ValueError, match="entropy_gradient=True needs"):
         check_args(run_args("edge_eda"), OpenRlhfOptions.from_mapping({"edge_eda": {"entropy_gradient": True}}))
 
 
@@ -276,14 +277,14 @@ def test_gepo_thresholds_survive_openrlhfs_checkpoint_path(orl, openrlhf_modules
         maker.compute_advantages_and_returns(random_step(orl.Experience, seed=1))
     trainer(first).save_logs_and_checkpoints(1, {}, {"episode": 0, "global_step": 1})
     method, saved = ActorGroup.saved[-1]
-    assert method == "save_checkpoint" and estimators.GEPO_STATE_KEY in saved["client_states"]
+    assert method == "save_checkpoint" and estimators.state_key(ESTIMATORS["gepo"]) in saved["client_states"]
     trainer(resumed).restore_best_checkpoint_state(saved["client_states"])
-    assert getattr(resumed, estimators.THRESHOLDS_ATTRIBUTE).state_dict() == getattr(first, estimators.THRESHOLDS_ATTRIBUTE).state_dict()
+    assert getattr(resumed, estimators.state_key(ESTIMATORS["gepo"])).state_dict() == getattr(first, estimators.state_key(ESTIMATORS["gepo"])).state_dict()
     # Resumed == uninterrupted on the next step.
     step_a, step_b = random_step(orl.Experience, seed=2), random_step(orl.Experience, seed=2)
     for a, b in zip(resumed.compute_advantages_and_returns(step_a), uninterrupted.compute_advantages_and_returns(step_b)):
         torch.testing.assert_close(a.advantages, b.advantages)
-    with pytest.raises(ValueError, match="without GEPO's thresholds"):
+    with pytest.raises(ValueError, match="without the GEPO thresholds"):
         trainer(orl.make("gepo")).restore_best_checkpoint_state({"global_step": 3})
 
 

@@ -1,4 +1,6 @@
-"""Entropy-Driven Advantage (EDGE-GRPO, arXiv 2507.21848, Eqs. 3, 6, 7). Pure torch.
+"""The estimator ``edge_eda``: Entropy-Driven Advantage (EDGE-GRPO, arXiv 2507.21848, Eqs. 3, 6, 7), declared
+whole here: its math (pure torch), its options (``EdaConfig``), what it reads (the old policy's per-token
+entropy), its loss columns and factor (the gradient form), its metrics.
 
 Shape legend: B responses, T response tokens, P groups.
 
@@ -30,14 +32,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
 
-from edge_verl.algorithms.group_stats import (
-    advantage_variance_metrics, masked_extreme, masked_mean, masked_quantiles, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
+from edge_verl.config import _check_declared, _check_finite, _from_mapping, _option
+from edge_verl.estimators.base import (
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, advantage_variance_metrics, group_sum, grpo_outcome,
+    masked_extreme, masked_mean, masked_quantiles, masked_response_mean, masked_row_sum_and_count, on_host, register_estimator,
 )
+
+NAME = __name__.rsplit(".", 1)[-1]  # "edge_eda": the registry key is the module's name
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class EdaResult:
     response_entropy (B,) = P_i; entropy_ratio (B,) = P_hat_i; has_tokens (B,) real rows with tokens;
     group_entropy (B,) = the detached normaliser mean_{j in g} P_j of each row whose P_hat follows its
     entropy (0 for rows left unscaled: no tokens, padding, groups at or below entropy_epsilon);
-    tied_group_frac (0-d) = the fraction of groups whose scores all tie (``group_stats.tied_group_fraction``)."""
+    tied_group_frac (0-d) = the fraction of groups whose scores all tie (``base.tied_group_fraction``)."""
 
     advantages: torch.Tensor
     outcome_advantages: torch.Tensor
@@ -181,3 +187,129 @@ def eda_step_metrics(result: EdaResult, valid: torch.Tensor) -> dict[str, float]
         **masked_quantiles(np.abs(after), valid, "abs_adv", empty=0.0),
         **masked_quantiles(ratio, real, "entropy_ratio", empty=1.0),
     }
+
+
+# --- its options -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EdaConfig(EstimatorOptions):
+    """Entropy-Driven Advantage (estimator ``edge_eda``).
+
+    std_epsilon: added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).
+    entropy_epsilon: guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most
+        this are left unscaled, so zero entropy never divides by zero.
+    ratio_clamp: optional [low, high] bound on P_hat; None (default) = the final reference code, which has no
+        clamp; the paper's first code version used [0.1, 10].
+    entropy_gradient: False (default) = the detached form (a constant advantage from the old policy's
+        entropy, what both third-party ports do); True = the reference code's form, with gradient through the
+        current policy's entropy inside the actor loss (both explained in edge_verl/estimators/edge_eda.py). The
+        EDGE recipes set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the
+        first rollout). Off by default because it changes the actor's loss and costs memory and an entropy
+        backward in every update.
+    """
+
+    std_epsilon: float = _option(1e-4, low=0.0)
+    entropy_epsilon: float = _option(1e-6, above=0.0)
+    ratio_clamp: Optional[tuple[float, float]] = None
+    entropy_gradient: bool = False
+
+    def __post_init__(self) -> None:
+        _check_declared(self, "edge_eda")
+        if self.ratio_clamp is not None:
+            clamp = tuple(self.ratio_clamp)
+            if len(clamp) != 2:
+                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} must be [low, high] or null")
+            low = _check_finite("edge_eda", "ratio_clamp[0]", clamp[0])
+            high = _check_finite("edge_eda", "ratio_clamp[1]", clamp[1])
+            if not 0 < low < high:
+                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} needs 0 < low < high")
+            object.__setattr__(self, "ratio_clamp", (low, high))
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "EdaConfig":
+        return _from_mapping(cls, values)
+
+    token_inputs = ("entropy",)
+
+    @property
+    def loss_option(self) -> Optional[str]:
+        return "algorithm.edge_eda.entropy_gradient=True" if self.entropy_gradient else None
+
+
+# --- its declaration ---------------------------------------------------------------------------------------
+
+# The gradient form (``EdaConfig.entropy_gradient``): per-token columns the estimator writes next to ``advantages``
+# for the actor loss (the detached normaliser, the old policy's group mean response entropy, 0 on rows left
+# unscaled; the old P_hat) and the batch-level guard options they were computed with.
+EDA_GROUP_ENTROPY_COLUMN = "edge_eda_group_entropy"
+EDA_RATIO_COLUMN = "edge_eda_entropy_ratio"
+EDA_OPTIONS_KEY = "edge_eda_loss_options"
+
+
+def compute(batch: GroupBatch, options: EdaConfig, state: None) -> EstimatorOutput:
+    """EDA on one step's batch: the advantages, the step metrics, and in the gradient form what the actor loss
+    needs to rescale the advantages (``loss_factor``), laid on each row's response tokens."""
+    result = compute_eda_advantages(
+        batch.scores,
+        batch.tokens["entropy"],
+        batch.response_mask,
+        batch.group_index,
+        batch.num_groups,
+        batch.valid,
+        norm_by_std=batch.norm_by_std,
+        std_epsilon=options.std_epsilon,
+        entropy_epsilon=options.entropy_epsilon,
+        ratio_clamp=options.ratio_clamp,
+    )
+    output = EstimatorOutput(
+        result.advantages,
+        eda_step_metrics(result, batch.valid),
+        outcome=result.eda_outcome_advantages,
+        per_sample={"response_entropy": result.response_entropy, "entropy_ratio": result.entropy_ratio},
+        result=result,
+    )
+    if options.entropy_gradient:
+        mask = batch.response_mask.to(torch.float32)
+        output.loss_columns = {
+            EDA_GROUP_ENTROPY_COLUMN: result.group_entropy[:, None] * mask,
+            EDA_RATIO_COLUMN: result.entropy_ratio[:, None] * mask,
+        }
+        output.loss_options = {
+            EDA_OPTIONS_KEY: {
+                "entropy_epsilon": options.entropy_epsilon,
+                "ratio_clamp": list(options.ratio_clamp) if options.ratio_clamp is not None else None,
+            }
+        }
+    return output
+
+
+def loss_factor(columns: Mapping[str, torch.Tensor], options: Mapping[str, Any], entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """EDA's gradient form in the loss: s_i = P_hat_i^old / P_hat_i(theta) (``entropy_gradient_scale``), with
+    P_i(theta) the masked mean of the current entropy over the response, the normaliser and P_hat^old from the
+    columns, and the guards the estimator used; the rows with a normaliser above entropy_epsilon."""
+    mask = columns["response_mask"].to(torch.bool)
+    group_entropy = masked_response_mean(columns[EDA_GROUP_ENTROPY_COLUMN].to(torch.float32), mask)
+    old_ratio = masked_response_mean(columns[EDA_RATIO_COLUMN].to(torch.float32), mask)
+    epsilon = float(options["entropy_epsilon"])
+    clamp = options.get("ratio_clamp")
+    scale = entropy_gradient_scale(
+        masked_response_mean(entropy.to(torch.float32), mask),
+        group_entropy,
+        old_ratio,
+        entropy_epsilon=epsilon,
+        ratio_clamp=(float(clamp[0]), float(clamp[1])) if clamp is not None else None,
+    )
+    return scale, group_entropy > epsilon
+
+
+EDA = register_estimator(
+    Estimator(
+        name=NAME,
+        description="EDGE-GRPO's Entropy-Driven Advantage (edge_verl/estimators/edge_eda.py)",
+        config=EdaConfig,
+        compute=compute,
+        # the gradient form: the actor loss rescales the advantages with the current entropy
+        loss=LossScale((EDA_GROUP_ENTROPY_COLUMN, EDA_RATIO_COLUMN), EDA_OPTIONS_KEY, loss_factor),
+    )
+)

@@ -1,4 +1,6 @@
-"""Group Entropy-Controlled Policy Optimization (GEPO, arXiv 2607.16850, Eqs. 4, 7, 8, 9). Pure torch.
+"""The estimator ``gepo``: Group Entropy-Controlled Policy Optimization (GEPO, arXiv 2607.16850, Eqs. 4, 7, 8, 9),
+declared whole here: its math (pure torch), its options (``GepoConfig``), what it reads (the old log-probs, or the
+old policy's entropy), its training state (``GepoThresholds``, saved with every checkpoint), its metrics.
 
 Shape legend: B responses, T response tokens, P groups.
 
@@ -14,13 +16,18 @@ The GRPO advantage A_i itself and the policy loss are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
 
-from edge_verl.algorithms.group_stats import (
-    MinGroups, advantage_variance_metrics, masked_mean, masked_variance, on_host, group_sum, grpo_outcome, masked_row_sum_and_count,
+from edge_verl.config import _check_declared, _from_mapping, _option
+from edge_verl.estimators.base import (
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, advantage_variance_metrics, group_sum, grpo_outcome, masked_mean,
+    masked_row_sum_and_count, masked_variance, on_host, register_estimator,
 )
+
+NAME = __name__.rsplit(".", 1)[-1]  # "gepo": the registry key is the module's name
 
 GROUP_ENTROPY_ESTIMATORS = ("token_pooled", "response_mean", "token_entropy")
 # One group per step is not GEPO: the thresholds (Eq. 8) come from the spread of the step's group entropies.
@@ -249,3 +256,134 @@ def gepo_step_metrics(result: GepoResult, valid: torch.Tensor, ema_updates: int)
         "pos_attenuated_frac": float(np.count_nonzero(positive) / max(1, np.count_nonzero((outcome > 0) & valid))),
         "neg_attenuated_frac": float(np.count_nonzero(negative) / max(1, np.count_nonzero((outcome < 0) & valid))),
     }
+
+
+# --- its options -------------------------------------------------------------------------------------------
+
+
+GEPO_ABLATIONS = ("none", "no_high_entropy_control", "no_low_entropy_control", "symmetric")
+
+
+@dataclass(frozen=True)
+class GepoConfig(EstimatorOptions):
+    """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``).
+
+    alpha_low: factor on positive advantages in confident groups (H_g < H_low); paper 0.5.
+    alpha_high: factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper
+        requires alpha_high < alpha_low (otherwise responses shrink: "length collapse").
+    beta_low, beta_high: threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.
+    gamma: EMA rate of the thresholds (Eq. 9); paper 0.01.
+    group_entropy: "token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or
+        "token_entropy" (exact per-token entropy instead of the sampled-token NLL).
+    ema_order: "update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".
+    ema_init: "first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9;
+        needs ~1/gamma steps to recover).
+    std_epsilon: epsilon of the unchanged GRPO advantage; verl's 1e-6.
+    resume_without_state: False (default) makes resuming from a checkpoint that lacks the thresholds an
+        error; True starts the thresholds afresh instead.
+    ablation: "none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the
+        asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose:
+        "no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1),
+        "no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1),
+        "symmetric" (one factor for both: needs alpha_high = alpha_low).
+    """
+
+    alpha_low: float = _option(0.5, low=0.0, high=1.0)
+    alpha_high: float = _option(0.2, low=0.0, high=1.0)
+    beta_low: float = _option(0.2, low=0.0)
+    beta_high: float = _option(0.3, low=0.0)
+    gamma: float = _option(0.01, above=0.0, high=1.0, reason="would freeze the thresholds forever")
+    group_entropy: str = _option("token_pooled", choices=GROUP_ENTROPY_ESTIMATORS)
+    ema_order: str = _option("update_then_apply", choices=("update_then_apply", "apply_then_update"))
+    ema_init: str = _option("first_batch", choices=GepoThresholds.INITS)
+    std_epsilon: float = _option(1e-6, low=0.0)
+    resume_without_state: bool = False
+    ablation: str = _option("none", choices=GEPO_ABLATIONS)
+
+    def __post_init__(self) -> None:
+        _check_declared(self, "gepo")
+        if self.ablation == "none" and not self.alpha_high < self.alpha_low:
+            raise ValueError(
+                f"gepo.alpha_high={self.alpha_high!r} must be < gepo.alpha_low={self.alpha_low!r}: the paper "
+                "attenuates negatives in uncertain groups more strongly, otherwise responses shrink (length collapse). "
+                f"To run one of the paper's ablations on purpose, set gepo.ablation ({', '.join(GEPO_ABLATIONS[1:])})."
+            )
+        rule = {
+            "no_high_entropy_control": ("alpha_high = 1", self.alpha_high == 1.0),
+            "no_low_entropy_control": ("alpha_low = 1 > alpha_high", self.alpha_low == 1.0 > self.alpha_high),
+            "symmetric": ("alpha_high = alpha_low", self.alpha_high == self.alpha_low),
+        }.get(self.ablation)
+        if rule is not None and not rule[1]:
+            raise ValueError(
+                f"gepo.ablation={self.ablation} needs {rule[0]}; got alpha_low={self.alpha_low!r}, alpha_high={self.alpha_high!r}"
+            )
+
+    @classmethod
+    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
+        return _from_mapping(cls, values)
+
+    @property
+    def token_inputs(self) -> tuple[str, ...]:
+        return ("entropy",) if self.group_entropy == "token_entropy" else ("old_log_probs",)
+
+
+# --- its declaration ---------------------------------------------------------------------------------------
+
+
+def compute(batch: GroupBatch, options: GepoConfig, thresholds: GepoThresholds) -> EstimatorOutput:
+    """GEPO on one step's batch; every call updates the thresholds' EMA once (verl computes advantages for
+    training batches only: validation never reaches an estimator, tested end to end)."""
+    source = batch.tokens["entropy" if options.group_entropy == "token_entropy" else "old_log_probs"]
+    result = compute_gepo_advantages(
+        batch.scores,
+        source,
+        batch.response_mask,
+        batch.group_index,
+        batch.num_groups,
+        batch.valid,
+        thresholds,
+        norm_by_std=batch.norm_by_std,
+        std_epsilon=options.std_epsilon,
+        alpha_low=options.alpha_low,
+        alpha_high=options.alpha_high,
+        beta_low=options.beta_low,
+        beta_high=options.beta_high,
+        estimator=options.group_entropy,
+        order=options.ema_order,
+    )
+    outcome = result.shaped_outcome_advantages
+    group_entropy = result.group_entropy.index_select(0, batch.group_index)
+    return EstimatorOutput(
+        result.advantages,
+        gepo_step_metrics(result, batch.valid, thresholds.num_updates),
+        per_response={
+            "group_entropy": group_entropy,
+            "outcome": result.outcome_advantages,
+            "positive_attenuated": result.positive_attenuated,
+            "negative_attenuated": result.negative_attenuated,
+        },
+        outcome=outcome,
+        per_sample={
+            "positive_attenuated": result.positive_attenuated.float(),
+            "negative_attenuated": result.negative_attenuated.float(),
+            "h_low": torch.full_like(outcome, result.h_low),
+            "h_high": torch.full_like(outcome, result.h_high),
+            "group_entropy": group_entropy,
+        },
+        extras={"h_low": result.h_low, "h_high": result.h_high, "unshaped_outcome": result.outcome_advantages},
+        result=result,
+    )
+
+
+GEPO = register_estimator(
+    Estimator(
+        name=NAME,
+        description="GEPO's group-entropy-conditioned asymmetric advantage scaling (edge_verl/estimators/gepo.py)",
+        config=GepoConfig,
+        compute=compute,
+        state=lambda options: GepoThresholds(gamma=options.gamma, init=options.ema_init),
+        state_key="gepo_thresholds",
+        state_label="GEPO thresholds",
+        min_groups=MIN_GROUPS,
+    )
+)
