@@ -185,7 +185,7 @@ def compose_verl_config(config_name: str, overrides: Sequence[str], config_path:
 def run_identity_of(config: Any, method: str, backend: str, tag: str = "") -> dict:
     """The recipes' run identity from the composed config: what verl will actually run (Hydra's
     last-value-wins already applied)."""
-    from edge_verl.integration.run import data_paths
+    from edge_verl.integration.preflight import data_paths
     from edge_verl.run_identity import describe
 
     data = config.data
@@ -201,7 +201,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from edge_verl.integration.cpu.overrides import backend_of_config
-    from edge_verl.integration.run import PREFIX, PreflightFailed, preflight_or_exit
+    from edge_verl.integration.preflight import PREFIX, PreflightFailed, preflight_or_exit
     from edge_verl.run_identity import RunIdentityMismatch, check_or_record
 
     started = time.perf_counter()

@@ -1,35 +1,22 @@
-"""Validated configuration, one dataclass per feature. Defaults are the papers' values; every deviation
-from the papers or their reference code is a named option whose docstring line says why it exists.
+"""Validated options, one pydantic model per feature (``Options``). Defaults are the papers' values; every deviation
+from the papers or their reference code is a named option whose description says why it exists.
 
-verl users set these under ``algorithm.edge_eda.*`` / ``algorithm.gepo.*`` (``+algorithm.gepo.alpha_low=0.5``
-on the command line, or without ``+`` through the Hydra config shipped in ``edge_verl/conf/``).
-Errors name the bad key or value and the allowed ones.
-
-Each option is described once, in its class docstring (``name: text``, continued on indented lines), and its
-bounds or allowed values are declared once, on its field (``_option``): validation checks what the field
-declares (``_check_declared``, by the field's type), ``__post_init__`` adds what one field cannot say (a
-list's shape, a relation between two options), and docs/options.md prints both (``option_specs``,
-``edge_verl/options_page.py``).
+verl users set these under ``algorithm.<section>.*`` (``+algorithm.gepo.alpha_low=0.5`` on the command line, or
+without ``+`` through the Hydra config shipped in ``edge_verl/conf/``). Each option is declared once, on its field
+(``option``): its default, its description, and its bounds (``ge`` / ``le`` / ``gt``) or allowed values (a
+``Literal`` type). Validation checks what the field declares, with errors that name the key (``<section>.<option>``,
+under verl's ``algorithm``), the value and the allowed values (``Options._check_declared``); a class's validators add
+what one field cannot say (a list's shape, a relation between two options); docs/options.md prints the fields'
+metadata (``option_specs``, ``edge_verl/options_page.py``). An estimator's options live in its module
+(``edge_verl/estimators/``), GEC's in ``algorithms/gec.py``; here: the base class, the extra metrics and the seeding.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-import re
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Mapping, NamedTuple, Optional, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Literal, Mapping, NamedTuple, Optional, get_args, get_origin
 
-
-
-def _from_mapping(cls, values: Optional[Mapping[str, Any]]):
-    values = dict(values or {})
-    allowed = {field.name for field in fields(cls)}
-    unknown = sorted(set(values) - allowed)
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown option(s) {unknown}; allowed: {sorted(allowed)}")
-    return cls(**values)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 def _check_finite(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None) -> float:
@@ -55,106 +42,158 @@ def _check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -
         raise ValueError(f"{owner}.{name}={value!r}; allowed: {list(allowed)}")
 
 
-def _option(default: Any, *, low: float | None = None, high: float | None = None, above: float | None = None,
-            choices: tuple[str, ...] | None = None, reason: str = "") -> Any:
-    """A dataclass field with its declared bounds (a number: ``low <= value <= high``, ``value > above``; an
-    integer: ``value >= low``) or allowed values (a string: ``choices``); ``reason`` says why ``above`` holds."""
-    declared = {"low": low, "high": high, "above": above, "choices": choices, "reason": reason or None}
-    return field(default=default, metadata={key: value for key, value in declared.items() if value is not None})
+def option(default: Any, *, description: str, ge: float | None = None, le: float | None = None, gt: float | None = None,
+           reason: str = "") -> Any:
+    """A field: its default, its description (docs/options.md) and its bounds (a number: ``ge <= value <= le``,
+    ``value > gt``; an integer: ``value >= ge``); ``reason`` says why ``gt`` holds. Allowed values: a ``Literal``
+    annotation."""
+    return Field(default, description=description, ge=ge, le=le, gt=gt, json_schema_extra={"reason": reason} if reason else None)
 
 
-def _field_type(hint: Any) -> tuple[Any, bool]:
-    """(the type, whether null is allowed) of a field's annotation: ``Optional[int]`` -> (int, True)."""
-    arguments = get_args(hint)
+class Declared(NamedTuple):
+    """What a field declares: its type (``Optional`` and ``Literal`` unwrapped: a Literal is ``str`` with ``choices``),
+    whether null is allowed, its bounds, the reason for ``above`` and its description."""
+
+    kind: Any
+    optional: bool
+    low: float | None
+    high: float | None
+    above: float | None
+    choices: tuple | None
+    reason: str | None
+    description: str
+
+
+def declared(cls: type, name: str) -> Declared:
+    """What field ``name`` of the options class ``cls`` declares (its pydantic metadata)."""
+    info = cls.model_fields[name]
+    kind, optional = info.annotation, False
+    arguments = get_args(kind)
     if type(None) in arguments:
-        (inner,) = [argument for argument in arguments if argument is not type(None)]
-        return inner, True
-    return hint, False
+        (kind,) = [argument for argument in arguments if argument is not type(None)]
+        optional = True
+    choices = None
+    if get_origin(kind) is Literal:
+        choices, kind = get_args(kind), str
+    bounds = {type(item).__name__.lower(): item for item in info.metadata}
+    extra = info.json_schema_extra or {}
+    return Declared(
+        kind, optional, getattr(bounds.get("ge"), "ge", None), getattr(bounds.get("le"), "le", None),
+        getattr(bounds.get("gt"), "gt", None), choices, extra.get("reason"), info.description or "",
+    )
 
 
-@functools.lru_cache(maxsize=None)
-def _field_types(cls: type) -> dict[str, tuple[Any, bool]]:
-    return {name: _field_type(hint) for name, hint in get_type_hints(cls).items()}
+class Options(BaseModel):
+    """Every options class's base: frozen, unknown keys refused, every field checked against what it declares
+    before pydantic converts it; an error is a ``ValueError`` that names ``<section>.<option>``, the value and the
+    allowed values. ``section``: the options' section under verl's ``algorithm``."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    section: ClassVar[str] = ""
 
-def _check_declared(config: Any, owner: str) -> None:
-    """Check every field of ``config`` against its type and what it declares (``_option``): true or false, a
-    finite number within its bounds, an integer at least its ``low``, one of its ``choices``; null where the
-    type is Optional. Fields of other types (lists, free text) are checked by their class's ``__post_init__``."""
-    for item in fields(config):
-        value, (kind, optional), declared = getattr(config, item.name), _field_types(type(config))[item.name], item.metadata
-        if optional and value is None:
-            continue
-        if kind is bool and not isinstance(value, bool):
-            raise ValueError(f"{owner}.{item.name}={value!r} must be true or false")
-        if kind is float:
-            _check_finite(owner, item.name, value, declared.get("low"), declared.get("high"))
-            above = declared.get("above")
-            if above is not None and not value > above:
-                why = f"{declared['reason']}; it " if "reason" in declared else ""
-                raise ValueError(f"{owner}.{item.name}={value!r} {why}must be > {above}")
-        if kind is int:
-            _check_integer(owner, item.name, value, declared.get("low"), optional)
-        if kind is str and "choices" in declared:
-            _check_choice(owner, item.name, value, declared["choices"])
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(set(values) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown option(s) {unknown}; allowed: {sorted(type(self).model_fields)}")
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise ValueError(_message(type(self), error)) from None
 
-
-class _Switches:
-    """A section whose fields need only what they declare (``_check_declared``): its checks and its
-    ``from_mapping`` (unknown keys refused), under the section's name."""
-
-    section: ClassVar[str]
-
-    def __post_init__(self) -> None:
-        _check_declared(self, self.section)
+    @model_validator(mode="before")
+    @classmethod
+    def _check_declared(cls, values: Any) -> Any:
+        """Each given value against its field's declaration: true or false, a finite number within its bounds, an
+        integer at least its ``ge``, one of its choices; null where the type is Optional. Fields of other types
+        (lists, free text) are checked by their class's own validators."""
+        for name, value in (values.items() if isinstance(values, Mapping) else ()):
+            if name not in cls.model_fields:
+                continue
+            field = declared(cls, name)
+            if field.optional and value is None:
+                continue
+            if field.kind is bool and not isinstance(value, bool):
+                raise ValueError(f"{cls.section}.{name}={value!r} must be true or false")
+            if field.kind is float:
+                _check_finite(cls.section, name, value, field.low, field.high)
+                if field.above is not None and not value > field.above:
+                    why = f"{field.reason}; it " if field.reason else ""
+                    raise ValueError(f"{cls.section}.{name}={value!r} {why}must be > {field.above}")
+            if field.kind is int:
+                _check_integer(cls.section, name, value, field.low, field.optional)
+            if field.choices is not None:
+                _check_choice(cls.section, name, value, field.choices)
+        return values
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]):
-        return _from_mapping(cls, values)
+        """The validated options from a plain mapping (``algorithm.<section>``; None: the defaults)."""
+        return cls(**dict(values or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options' values by name (``from_mapping`` reads them back)."""
+        return self.model_dump()
 
 
-@dataclass(frozen=True)
-class MetricsConfig(_Switches):
-    """Extra metrics for any estimator, verl's built-ins included (options under ``algorithm.edge_metrics``).
+def _message(cls: type, error: ValidationError) -> str:
+    """The message of the first error: a validator's own, else pydantic's, naming the key and the value."""
+    first = error.errors()[0]
+    raised = (first.get("ctx") or {}).get("error")
+    if isinstance(raised, Exception):
+        return str(raised)
+    key = ".".join(str(part) for part in first.get("loc", ()))
+    return f"{cls.section}.{key}={first.get('input')!r}: {first.get('msg')}"
 
-    advantage_stats: log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and
-        ``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so
-        GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a
-        plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two
-        values under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``)
-        at no extra cost; the recipes switch it on.
-    per_source: log every step's training statistics split by the responses' ``data_source`` (the tasks of
-        a mixture, GEPO's setting), ``edge_verl/by_source/<data_source>/<stat>``: sampled reward and
-        accuracy, all-wrong / all-right / tied group fractions, response length, the sampled tokens' entropy
-        estimate (mean -log pi_old) and, under GEPO, each source's mean group entropy and attenuated
-        fractions (``edge_verl.estimators.base.per_source_statistics``). Off by default (one more
-        read of the batch per step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture.
-    """
+
+class MetricsConfig(Options):
+    """Extra metrics for any estimator, verl's built-ins included (options under ``algorithm.edge_metrics``)."""
 
     section: ClassVar[str] = "edge_metrics"
-    advantage_stats: bool = False
-    per_source: bool = False
+    advantage_stats: bool = option(
+        False,
+        description=(
+            "log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and "
+            "``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so "
+            "GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a "
+            "plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two values"
+            " under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``) at "
+            "no extra cost; the recipes switch it on."
+        ),
+    )
+    per_source: bool = option(
+        False,
+        description=(
+            "log every step's training statistics split by the responses' ``data_source`` (the tasks of a mixture, "
+            "GEPO's setting), ``edge_verl/by_source/<data_source>/<stat>``: sampled reward and accuracy, all-wrong "
+            "/ all-right / tied group fractions, response length, the sampled tokens' entropy estimate (mean -log "
+            "pi_old) and, under GEPO, each source's mean group entropy and attenuated fractions "
+            "(``edge_verl.estimators.base.per_source_statistics``). Off by default (one more read of the batch per "
+            "step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture."
+        ),
+    )
 
 
-@dataclass(frozen=True)
-class SeedingConfig(_Switches):
-    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
-
-    enable: on (default) in every run that uses the plugin; a plain verl run (GRPO) gets it with
-        ``+algorithm.edge_seeding.enable=True``, so that a baseline beside EDGE or GEPO is seeded the same way
-        (otherwise the pair is not paired). When on: each response is sampled with a seed of its own, a function
-        of ``actor_rollout_ref.rollout.seed``, the global step, the prompt's identity (``data_source``,
-        ``extra_info.index`` and the prompt itself) and the response's index in its group, carried as the request's
-        ``seed`` sampling parameter (vLLM builds a generator per request from it; so does the CPU rollout), so
-        the n samples of a prompt differ and none depends on timing or arrival order; GEC's choices and its
-        continuation's sampling are keyed on that seed, not on verl's random uid; and verl's v1 trainer orders
-        the update batch by (prompt, sample index) before it cuts mini-batches, instead of completion order.
-        Off: verl's sampling as it is (vLLM: one stream per engine, or with ``rollout.full_determinism`` one seed
-        per replica for every request, which gives a prompt's n samples the same tokens).
-    """
+class SeedingConfig(Options):
+    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run."""
 
     section: ClassVar[str] = "edge_seeding"
-    enable: bool = True
+    enable: bool = option(
+        True,
+        description=(
+            "on (default) in every run that uses the plugin; a plain verl run (GRPO) gets it with "
+            "``+algorithm.edge_seeding.enable=True``, so that a baseline beside EDGE or GEPO is seeded the same way"
+            " (otherwise the pair is not paired). When on: each response is sampled with a seed of its own, a "
+            "function of ``actor_rollout_ref.rollout.seed``, the global step, the prompt's identity "
+            "(``data_source``, ``extra_info.index`` and the prompt itself) and the response's index in its group, "
+            "carried as the request's ``seed`` sampling parameter (vLLM builds a generator per request from it; so "
+            "does the CPU rollout), so the n samples of a prompt differ and none depends on timing or arrival "
+            "order; GEC's choices and its continuation's sampling are keyed on that seed, not on verl's random uid;"
+            " and verl's v1 trainer orders the update batch by (prompt, sample index) before it cuts mini-batches, "
+            "instead of completion order. Off: verl's sampling as it is (vLLM: one stream per engine, or with "
+            "``rollout.full_determinism`` one seed per replica for every request, which gives a prompt's n samples "
+            "the same tokens)."
+        ),
+    )
 
 
 # --- the options as docs/options.md lists them (edge_verl/options_page.py) ---
@@ -162,7 +201,7 @@ class SeedingConfig(_Switches):
 
 class OptionSpec(NamedTuple):
     """One option as docs/options.md lists it: its field name, type, default, the values its field declares
-    (empty: any value of its type; ``__post_init__`` may say more) and its description from the class docstring."""
+    (empty: any value of its type; the class's validators may say more) and its description."""
 
     name: str
     type: str
@@ -171,63 +210,39 @@ class OptionSpec(NamedTuple):
     doc: str
 
 
-# A docstring line that starts an option's description: "name: text", "a, b: text" or "a / b: text" (see _descriptions).
-_DESCRIPTION = re.compile(r"([a-z_]+(?:(?:, | / )[a-z_]+)*): (.*)")
-
-
-def _descriptions(cls: type) -> dict[str, str]:
-    """Each field's description in ``cls``'s docstring: a line ``name: text`` at the docstring's indentation
-    (or ``a, b: text`` / ``a / b: text`` for several), continued by the more indented lines below it."""
-    found: dict[str, str] = {}
-    names, text = None, []
-    for line in [*inspect.cleandoc(cls.__doc__ or "").splitlines(), ""]:
-        if names is not None and line.startswith(" ") and line.strip():
-            text.append(line.strip())
-            continue
-        if names is not None:
-            found.update(dict.fromkeys(names, " ".join(text)))
-            names = None
-        start = _DESCRIPTION.fullmatch(line)
-        if start is not None:
-            names, text = re.split(r", | / ", start.group(1)), [start.group(2)]
-    return found
-
-
 def _type_text(kind: Any) -> str:
     if get_origin(kind) is tuple:
         return "[" + ", ".join(_type_text(argument) for argument in get_args(kind)) + "]"
     return kind.__name__
 
 
-def _allowed_text(kind: Any, optional: bool, declared: Mapping[str, Any]) -> str:
+def _allowed_text(field: Declared) -> str:
+    kind, low, high, above = field.kind, field.low, field.high, field.above
     if kind is bool:
         text = "true, false"
+    elif field.choices is not None:
+        text = ", ".join(f"`{choice}`" for choice in field.choices)
     elif kind is float:
-        low, high, above = declared.get("low"), declared.get("high"), declared.get("above")
         if high is None:
             text = f">= {low}" if low is not None else f"> {above}" if above is not None else "any finite number"
         else:
             text = f"[{low}, {high}]" if low is not None else f"({above}, {high}]" if above is not None else f"<= {high}"
     elif kind is int:
-        text = f">= {declared['low']}" if "low" in declared else "any integer"
-    elif "choices" in declared:
-        text = ", ".join(f"`{choice}`" for choice in declared["choices"])
+        text = f">= {low}" if low is not None else "any integer"
     else:
         return ""
-    return text + (", null" if optional else "")
+    return text + (", null" if field.optional else "")
 
 
 def option_specs(cls: type) -> list[OptionSpec]:
-    """Every field of the config class ``cls`` as docs/options.md lists it, in field order; a field its
-    docstring does not describe is an error."""
-    described = _descriptions(cls)
-    missing = [item.name for item in fields(cls) if item.name not in described]
+    """Every field of the options class ``cls`` as docs/options.md lists it, in field order, from the fields'
+    metadata; a field without a description is an error."""
+    missing = [name for name, info in cls.model_fields.items() if not info.description]
     if missing:
-        raise ValueError(f"{cls.__name__}: no description of {missing} in its docstring ('name: text' lines)")
+        raise ValueError(f"{cls.__name__}: no description of {missing} (option(..., description=...))")
     specs = []
-    for item in fields(cls):
-        kind, optional = _field_types(cls)[item.name]
-        default = item.default if item.default is not MISSING else item.default_factory()
-        type_text = _type_text(kind) + (" or null" if optional else "")
-        specs.append(OptionSpec(item.name, type_text, default, _allowed_text(kind, optional, item.metadata), described[item.name]))
+    for name, info in cls.model_fields.items():
+        field = declared(cls, name)
+        type_text = _type_text(field.kind) + (" or null" if field.optional else "")
+        specs.append(OptionSpec(name, type_text, info.default, _allowed_text(field), field.description))
     return specs

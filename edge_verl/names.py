@@ -43,7 +43,7 @@ REWARD_EXTRA_INFO_FIELD = "reward_extra_info"
 # ``reward.custom_reward_function.path`` values that mean edge_verl's reward.
 REWARD_MODULE = "edge_verl.reward"
 
-# GEC in the actor loss (``integration/actor_loss.py``): the per-token origin code of every response token
+# GEC in the actor loss (``integration/trainer.py``): the per-token origin code of every response token
 # (``edge_verl.algorithms.gec.ORIGINS``), written at the advantage step of a GEC run next to the advantages,
 # and the batch-level options the loss treats GEC's injected tokens with (edge_gec.injected_loss, sft_coef).
 # Per-origin diagnostics are logged as ``actor/gec/<origin>/<statistic>``.

@@ -121,7 +121,7 @@ def compute_advantage_calls(data: dict, include_loop_grpo: bool, advantage_stats
 
 
 def eda_loss_term_call(data: dict):
-    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as ``integration/actor_loss.py`` applies it."""
+    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as the actor's loss (``integration/trainer.py``) applies it."""
     mask = data["response_mask"]
     entropy = data["entropys"].clone().requires_grad_(True)
     advantages = data["old_log_probs"].detach()  # any (B, T) advantages

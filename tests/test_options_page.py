@@ -1,10 +1,9 @@
 """docs/options.md is what the code says (``edge-verl options``): every option of every section the plugin reads,
-with its type, default, declared bounds or allowed values and its docstring description; and what the page says
+with its type, default, declared bounds or allowed values and its description, from the fields' metadata; and what the page says
 is allowed is what validation enforces."""
 
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from omegaconf import OmegaConf
 from edge_verl import names
 from edge_verl.cli import main
 from edge_verl.conf import OPTIONS_CONFIG, options_node
+from edge_verl.config import declared
 from edge_verl.estimators import names as estimator_names
 from edge_verl.options_page import PAGE, option_sections, options_markdown
 
@@ -42,23 +42,24 @@ def test_the_sections_are_those_a_run_reads_and_the_shipped_config_holds():
 def test_every_field_is_on_the_page_with_its_default_and_a_description():
     page = (ROOT / PAGE).read_text()
     for section, config in option_sections().items():
-        for item in fields(config):
-            option, kind, default, allowed, description = _row(page, f"algorithm.{section}.{item.name}")
+        for name, item in config.model_fields.items():
+            option, kind, default, allowed, description = _row(page, f"algorithm.{section}.{name}")
             value = list(item.default) if isinstance(item.default, tuple) else item.default
-            assert default == f"`{json.dumps(value)}`".replace("|", "\\|"), (section, item.name)
-            assert kind and allowed and len(description) > 20, (section, item.name)
+            assert default == f"`{json.dumps(value)}`".replace("|", "\\|"), (section, name)
+            assert kind and allowed and len(description) > 20, (section, name)
+            assert description == item.description.replace("``", "`").replace("|", "\\|"), (section, name)
 
 
-def _outside(declared: dict, kind: str):
+def _outside(field, kind: str):
     """A value just outside what a field declares, or None when it declares nothing to step outside of."""
-    if "choices" in declared:
-        return "not_" + declared["choices"][0]
-    if "above" in declared:
-        return declared["above"]  # an exclusive bound: the bound itself is refused
-    if "low" in declared:
-        return declared["low"] - 1
-    if "high" in declared:
-        return declared["high"] + 1
+    if field.choices is not None:
+        return "not_" + field.choices[0]
+    if field.above is not None:
+        return field.above  # an exclusive bound: the bound itself is refused
+    if field.low is not None:
+        return field.low - 1
+    if field.high is not None:
+        return field.high + 1
     return {"bool": 1, "float": math.inf, "int": 1.5}.get(kind)
 
 
@@ -67,49 +68,45 @@ def test_a_value_outside_what_the_page_allows_is_refused_naming_the_key(section)
     config = option_sections()[section]
     page = (ROOT / PAGE).read_text()
     checked = 0
-    for item in fields(config):
-        kind = _row(page, f"algorithm.{section}.{item.name}")[1].removesuffix(" or null")
-        bad = _outside(dict(item.metadata), kind)
+    for name in config.model_fields:
+        kind = _row(page, f"algorithm.{section}.{name}")[1].removesuffix(" or null")
+        bad = _outside(declared(config, name), kind)
         if bad is None:
             continue  # a list or free text: its class's own checks (tests/test_config.py)
-        with pytest.raises(ValueError, match=f"^{section}\\.{item.name}={bad!r}"):
-            config.from_mapping({item.name: bad})
+        with pytest.raises(ValueError, match=f"^{section}\\.{name}={bad!r}"):
+            config.from_mapping({name: bad})
         checked += 1
-    assert checked >= len(fields(config)) - 4
+    assert checked >= len(config.model_fields) - 4
 
 
-def test_a_description_runs_to_its_last_indented_line_and_every_field_needs_one():
-    from dataclasses import dataclass
+def test_the_page_reads_each_fields_metadata_and_every_field_needs_a_description():
+    from typing import ClassVar, Literal, Optional
 
-    from edge_verl.config import option_specs
+    from edge_verl.config import Options, option, option_specs
 
-    @dataclass(frozen=True)
-    class Example:
-        """Summary: not an option.
+    class Example(Options):
+        """Summary: not an option."""
 
-        low_x, high_x: the two bounds,
-            continued here.
-        text / other: shared.
+        section: ClassVar[str] = "example"
+        rate: float = option(0.5, gt=0.0, le=1.0, reason="zero stops it", description="a rate.")
+        count: Optional[int] = option(None, ge=1, description="a count.")
+        mode: Literal["a", "b"] = option("a", description="a mode.")
+        pair: tuple[float, float] = option((0.0, 1.0), description="a pair.")
 
-        A paragraph at the docstring's indentation (with a colon: here) ends the description above it.
-        last: alone.
-        """
+    specs = {spec.name: spec for spec in option_specs(Example)}
+    assert {name: (spec.type, spec.allowed, spec.doc) for name, spec in specs.items()} == {
+        "rate": ("float", "(0.0, 1.0]", "a rate."), "count": ("int or null", ">= 1, null", "a count."),
+        "mode": ("str", "`a`, `b`", "a mode."), "pair": ("[float, float]", "", "a pair."),
+    }
+    with pytest.raises(ValueError, match=r"^example.rate=0.0 zero stops it; it must be > 0.0"):
+        Example.from_mapping({"rate": 0.0})
+    with pytest.raises(ValueError, match=r"^example.mode='c'; allowed: \['a', 'b'\]"):
+        Example(mode="c")
+    with pytest.raises(ValueError, match=r"^Example: unknown option\(s\) \['other'\]; allowed: \['count', 'mode', 'pair', 'rate'\]"):
+        Example.from_mapping({"other": 1})
 
-        low_x: float = 0.0
-        high_x: float = 1.0
-        text: str = ""
-        other: str = ""
-        last: bool = False
-
-    docs = {spec.name: spec.doc for spec in option_specs(Example)}
-    assert docs == {"low_x": "the two bounds, continued here.", "high_x": "the two bounds, continued here.",
-                    "text": "shared.", "other": "shared.", "last": "alone."}
-
-    @dataclass(frozen=True)
-    class Undocumented:
-        """documented: yes."""
-
-        documented: int = 1
+    class Undocumented(Options):
+        documented: int = option(1, description="yes.")
         forgotten: int = 2
 
     with pytest.raises(ValueError, match=r"Undocumented: no description of \['forgotten'\]"):

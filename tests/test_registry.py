@@ -59,7 +59,7 @@ def _group_step(rows: int = 4, width: int = 3):
 
 
 def test_verl_registry_the_adapter_and_the_run_find_it(toy):
-    from edge_verl.integration import estimator_adapter
+    from edge_verl.integration import run as estimator_adapter
     from edge_verl.integration.run import TrainingRun, active_run, advantage_step, plugin_in_use
 
     registered = {}
@@ -84,7 +84,7 @@ def test_verl_registry_the_adapter_and_the_run_find_it(toy):
 
 
 def test_the_legacy_trainers_advantage_step_takes_it_for_one_of_the_plugins(toy):
-    from edge_verl.integration.estimator_adapter import adapter_of
+    from edge_verl.integration.run import adapter_of
     from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
     from edge_verl.integration.run import TrainingRun, active_run
 

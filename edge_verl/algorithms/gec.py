@@ -45,14 +45,14 @@ import asyncio
 import math
 import random
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Collection, Iterator, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Collection, Iterator, Literal, Mapping, Optional, Sequence
 
 import torch
+from pydantic import field_validator, model_validator
 
 from edge_verl.algorithms.seeds import keyed_rng
-from edge_verl.config import _check_declared, _check_finite, _from_mapping, _option
+from edge_verl.config import Options, _check_finite, option
 from edge_verl.estimators.base import advantage_statistics, as_sampled_statistics, response_valid
-from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP  # verl's bound on the log-ratio, checked by internals.CORE
 
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
@@ -84,104 +84,169 @@ INJECTED_LOSSES = ("surrogate", "masked", "sft")
 ANSWER_SOURCES = ("gold", "placebo")
 PLACEBO_REWARDS = ("as_gold", "graded")
 FIRST_ATTEMPTS = ("keep", "drop")
+SCOPES = ("every_incorrect", "all_wrong_groups")
+MISSING_SOLUTIONS = ("regenerate", "inject_answer", "skip")
 
 
-@dataclass(frozen=True)
-class GecConfig:
-    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
+class GecConfig(Options):
+    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``."""
 
-    enable: GEC's one switch (default off). When on, the training data must mark its rows for the
-        ``edge_gec`` agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and
-        rollout log-probs must be off; when off, data with such rows is refused. Both checked before the
-        first rollout.
-    probabilities: [regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].
-    force_regenerate: the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.
-    scope: "every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which
-        no response is correct).
-    continuation_tokens: budget of the regenerate branch; paper 256 (always also capped so the whole
-        response stays within rollout.response_length).
-    first_sample_tokens: the first sample's own cap (the loop passes it as max_tokens), so that a correction
-        can grow past it: the reference samples up to 1024 tokens, then appends the phrase and up to 256 more.
-        The recipes set 1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the
-        phrase; the fit is checked before the first rollout, and with the phrase's token count when the
-        loop starts). None (default) = the first sample
-        may use all of rollout.response_length and corrections are cut to fit in it, so a response truncated
-        at the cap gets almost no continuation: a deviation kept because the default cannot know the
-        run's lengths (1024 would not fit most response_length settings).
-    max_prompt_tokens: only prompts SHORTER than this many tokens (chat template included) are corrected, as
-        in the reference (``if prompt_length < 256``); longer ones are left as sampled and counted
-        (gec/prompt_too_long). None = correct every prompt.
-    reflection_phrase / answer_template: the paper's texts; answer_template must contain "{answer}".
-    missing_solution: what a replace_solution draw does for a row without a reference solution: "regenerate"
-        (default; counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).
-    correct_threshold: a response whose reward score exceeds this counts as correct (binary reward: 0.5).
-    seed: seeds GEC's per-response random source together with the response's identity (its sampling seed,
-        ``algorithm.edge_seeding``); paper seed 42.
-    group_timeout_s: in "all_wrong_groups" mode, how long a response waits for its siblings' verdicts.
+    section: ClassVar[str] = "edge_gec"
+    enable: bool = option(
+        False,
+        description=(
+            "GEC's one switch (default off). When on, the training data must mark its rows for the ``edge_gec`` "
+            "agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and rollout log-probs"
+            " must be off; when off, data with such rows is refused. Both checked before the first rollout."
+        ),
+    )
+    probabilities: tuple[float, float, float] = option(
+        (0.5, 0.25, 0.25),
+        description="[regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].",
+    )
+    force_regenerate: bool = option(
+        False,
+        description="the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.",
+    )
+    scope: Literal[SCOPES] = option(
+        "every_incorrect",
+        description=(
+            '"every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which no '
+            "response is correct)."
+        ),
+    )
+    continuation_tokens: int = option(
+        256, ge=1,
+        description=(
+            "budget of the regenerate branch; paper 256 (always also capped so the whole response stays within "
+            "rollout.response_length)."
+        ),
+    )
+    first_sample_tokens: Optional[int] = option(
+        None, ge=1,
+        description=(
+            "the first sample's own cap (the loop passes it as max_tokens), so that a correction can grow past it: "
+            "the reference samples up to 1024 tokens, then appends the phrase and up to 256 more. The recipes set "
+            "1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the phrase; the fit is "
+            "checked before the first rollout, and with the phrase's token count when the loop starts). None "
+            "(default) = the first sample may use all of rollout.response_length and corrections are cut to fit in "
+            "it, so a response truncated at the cap gets almost no continuation: a deviation kept because the "
+            "default cannot know the run's lengths (1024 would not fit most response_length settings)."
+        ),
+    )
+    max_prompt_tokens: Optional[int] = option(
+        256, ge=1,
+        description=(
+            "only prompts SHORTER than this many tokens (chat template included) are corrected, as in the reference"
+            " (``if prompt_length < 256``); longer ones are left as sampled and counted (gec/prompt_too_long). None"
+            " = correct every prompt."
+        ),
+    )
+    reflection_phrase: str = option(
+        REFLECTION_PHRASE,
+        description='the paper\'s texts; answer_template must contain "{answer}".',
+    )
+    answer_template: str = option(
+        ANSWER_TEMPLATE,
+        description='the paper\'s texts; answer_template must contain "{answer}".',
+    )
+    missing_solution: Literal[MISSING_SOLUTIONS] = option(
+        "regenerate",
+        description=(
+            'what a replace_solution draw does for a row without a reference solution: "regenerate" (default; '
+            'counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).'
+        ),
+    )
+    correct_threshold: float = option(
+        0.5,
+        description="a response whose reward score exceeds this counts as correct (binary reward: 0.5).",
+    )
+    seed: int = option(
+        42,
+        description=(
+            "seeds GEC's per-response random source together with the response's identity (its sampling seed, "
+            "``algorithm.edge_seeding``); paper seed 42."
+        ),
+    )
+    group_timeout_s: float = option(
+        600.0, ge=0.001,
+        description='in "all_wrong_groups" mode, how long a response waits for its siblings\' verdicts.',
+    )
+    # The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
+    injected_loss: Literal[INJECTED_LOSSES] = option(
+        "surrogate",
+        description=(
+            "how the actor trains the tokens GEC wrote and the policy did not sample (the phrase, the injected "
+            'answer, the replaced solution; a regeneration\'s continuation IS sampled). "surrogate" (paper): through'
+            ' the GRPO surrogate like every token. "masked": no policy gradient through them (their advantage is 0 '
+            "and their log-prob detached inside the loss), the group's rewards and every advantage unchanged. "
+            '"sft": no surrogate through them; instead a separate token-mean NLL over them, times ``sft_coef``.'
+        ),
+    )
+    sft_coef: float = option(1.0, ge=0.0, description='coefficient of that NLL term (injected_loss="sft" only); 1.0.')
+    answer_source: Literal[ANSWER_SOURCES] = option(
+        "gold",
+        description=(
+            '"gold" (paper: the row\'s own answer and reference solution) or "placebo" (the answer and solution of '
+            "another training problem, drawn with the per-response seed among problems whose answer grades wrong "
+            'against this row\'s gold; a response with no such problem is left as sampled, reason "no_placebo").'
+        ),
+    )
+    placebo_reward: Literal[PLACEBO_REWARDS] = option(
+        "as_gold",
+        description=(
+            'the reward of a placebo-corrected response (read only with answer_source=placebo). "as_gold" '
+            "(default): what its gold twin earns, the same branch on the same first sample with this row's own "
+            "answer / solution, graded by the run's reward function as verl's reward loop would grade it "
+            "(``integration.gec_agent_loop``); a placebo is applied only where its twin fits, as the gold run's "
+            "correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected "
+            'content differs: the placebo that tests "the right answer is what helps", hence the default. Needs '
+            'verl\'s ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the '
+            "response is scored like any other, against this row's gold, so 0 (its candidates are chosen to grade "
+            "wrong): corrected responses count as wrong, so reward and content both differ from EDGE (the arm "
+            'published as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with '
+            "answer_source=gold is an error."
+        ),
+    )
+    first_attempt: Literal[FIRST_ATTEMPTS] = option(
+        "keep",
+        description=(
+            '"keep" (paper: the regenerate and inject_answer branches append to the model\'s own wrong first '
+            'response) or "drop" (the corrected response is the phrase + continuation, or the answer text alone), '
+            "to test whether keeping the wrong first answer in a response rewarded 1 hurts."
+        ),
+    )
 
-    The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
-    injected_loss: how the actor trains the tokens GEC wrote and the policy did not sample (the phrase,
-        the injected answer, the replaced solution; a regeneration's continuation IS sampled).
-        "surrogate" (paper): through the GRPO surrogate like every token. "masked": no policy gradient
-        through them (their advantage is 0 and their log-prob detached inside the loss), the group's
-        rewards and every advantage unchanged. "sft": no surrogate through them; instead a separate
-        token-mean NLL over them, times ``sft_coef``.
-    sft_coef: coefficient of that NLL term (injected_loss="sft" only); 1.0.
-    answer_source: "gold" (paper: the row's own answer and reference solution) or "placebo" (the answer
-        and solution of another training problem, drawn with the per-response seed among problems whose
-        answer grades wrong against this row's gold; a response with no such problem is left as sampled,
-        reason "no_placebo").
-    placebo_reward: the reward of a placebo-corrected response (read only with answer_source=placebo).
-        "as_gold" (default): what its gold twin earns, the same branch on the same first sample with this
-        row's own answer / solution, graded by the run's reward function as verl's reward loop would grade
-        it (``integration.gec_agent_loop``); a placebo is applied only where its twin fits, as the gold run's
-        correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected
-        content differs: the placebo that tests "the right answer is what helps", hence the default. Needs verl's
-        ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the response is
-        scored like any other, against this row's gold, so 0 (its candidates are chosen to grade wrong):
-        corrected responses count as wrong, so reward and content both differ from EDGE (the arm published
-        as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with answer_source=gold
-        is an error.
-    first_attempt: "keep" (paper: the regenerate and inject_answer branches append to the model's own
-        wrong first response) or "drop" (the corrected response is the phrase + continuation, or the
-        answer text alone), to test whether keeping the wrong first answer in a response rewarded 1 hurts.
-    """
-
-    enable: bool = False
-    probabilities: tuple[float, float, float] = (0.5, 0.25, 0.25)
-    force_regenerate: bool = False
-    scope: str = _option("every_incorrect", choices=("every_incorrect", "all_wrong_groups"))
-    continuation_tokens: int = _option(256, low=1)
-    first_sample_tokens: Optional[int] = _option(None, low=1)
-    max_prompt_tokens: Optional[int] = _option(256, low=1)
-    reflection_phrase: str = REFLECTION_PHRASE
-    answer_template: str = ANSWER_TEMPLATE
-    missing_solution: str = _option("regenerate", choices=("regenerate", "inject_answer", "skip"))
-    correct_threshold: float = 0.5
-    seed: int = 42
-    group_timeout_s: float = _option(600.0, low=0.001)
-    injected_loss: str = _option("surrogate", choices=INJECTED_LOSSES)
-    sft_coef: float = _option(1.0, low=0.0)
-    answer_source: str = _option("gold", choices=ANSWER_SOURCES)
-    placebo_reward: str = _option("as_gold", choices=PLACEBO_REWARDS)
-    first_attempt: str = _option("keep", choices=FIRST_ATTEMPTS)
-
-    def __post_init__(self) -> None:
-        _check_declared(self, "edge_gec")
-        probabilities = tuple(self.probabilities)
+    @field_validator("probabilities", mode="before")
+    @classmethod
+    def _probabilities(cls, value: Any) -> tuple[float, ...]:
+        probabilities = tuple(value)
         if len(probabilities) != 3:
-            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} needs 3 values [regenerate, inject_answer, replace_solution]")
-        for index, value in enumerate(probabilities):
-            _check_finite("edge_gec", f"probabilities[{index}]", value, low=0.0, high=1.0)
+            raise ValueError(f"edge_gec.probabilities={value!r} needs 3 values [regenerate, inject_answer, replace_solution]")
+        for index, probability in enumerate(probabilities):
+            _check_finite("edge_gec", f"probabilities[{index}]", probability, low=0.0, high=1.0)
         if abs(sum(probabilities) - 1.0) > 1e-6:
-            raise ValueError(f"edge_gec.probabilities={self.probabilities!r} must sum to 1")
-        if self.force_regenerate:
-            probabilities = (1.0, 0.0, 0.0)
-        object.__setattr__(self, "probabilities", tuple(float(p) for p in probabilities))
-        if not isinstance(self.reflection_phrase, str) or not self.reflection_phrase:
+            raise ValueError(f"edge_gec.probabilities={value!r} must sum to 1")
+        return tuple(float(p) for p in probabilities)
+
+    @field_validator("reflection_phrase", mode="before")
+    @classmethod
+    def _phrase(cls, value: Any) -> str:
+        if not isinstance(value, str) or not value:
             raise ValueError("edge_gec.reflection_phrase must be a non-empty string")
-        if not isinstance(self.answer_template, str) or "{answer}" not in self.answer_template:
-            raise ValueError(f"edge_gec.answer_template={self.answer_template!r} must contain '{{answer}}'")
+        return value
+
+    @field_validator("answer_template", mode="before")
+    @classmethod
+    def _template(cls, value: Any) -> str:
+        if not isinstance(value, str) or "{answer}" not in value:
+            raise ValueError(f"edge_gec.answer_template={value!r} must contain '{{answer}}'")
+        return value
+
+    @model_validator(mode="after")
+    def _relations(self) -> "GecConfig":
+        if self.force_regenerate:
+            object.__setattr__(self, "probabilities", (1.0, 0.0, 0.0))
         if self.injected_loss != "sft" and self.sft_coef != 1.0:
             raise ValueError(f"edge_gec.sft_coef={self.sft_coef!r} is read only with edge_gec.injected_loss=sft")
         if self.answer_source != "placebo" and self.placebo_reward != PLACEBO_REWARDS[0]:
@@ -189,10 +254,7 @@ class GecConfig:
                 f"edge_gec.placebo_reward={self.placebo_reward!r} is read only with edge_gec.answer_source=placebo "
                 f"(here {self.answer_source!r}): the gold answer is graded as it is; set answer_source=placebo or drop placebo_reward."
             )
-
-    @classmethod
-    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GecConfig":
-        return _from_mapping(cls, values)
+        return self
 
 
 
@@ -651,8 +713,9 @@ class GroupRendezvous:
 # the whole update, on both trainers: ``AGGREGATION`` declares it a max, which verl's v1 trainer already
 # applies to keys containing "max" and ``finish_origin_metrics`` applies to the legacy trainer's list of
 # per-mini-batch values, where an origin absent from a mini-batch logs 0 < any ratio); vanilla clip fraction,
-# only when verl's ``policy_loss.loss_mode`` is "vanilla" (``vanilla_clipped``: the tokens whose gradient
-# verl's PPO clip removes, its dual clip included, with the advantage the surrogate received; every other
+# only when verl's ``policy_loss.loss_mode`` is "vanilla" (the tokens whose gradient verl's PPO clip removes,
+# its dual clip included, with the advantage the surrogate received, which the trainer's loss hook marks,
+# ``integration/trainer.py`` ``vanilla_clipped``: this module holds no copy of verl's clipping; every other
 # loss mode clips differently, e.g. GSPO per sequence, and gets no clip fraction rather than a wrong one);
 # gradient share: of sum_t |dL/dlogp_t| (the surrogate's gradient with respect to each token's log-prob, one
 # ``autograd.grad`` over the loss's elementwise ops, no second backward through the model), the part on that
@@ -709,47 +772,26 @@ def injected_nll(log_prob: torch.Tensor, injected: torch.Tensor, num_tokens: Opt
     return total / max(float(num_tokens), 1.0) * dp_size
 
 
-@dataclass(frozen=True)
-class VanillaClip:
-    """verl's vanilla PPO clipping (``compute_policy_loss_vanilla``): the ratio range [1 - low, 1 + high]
-    and, for negative advantages, the dual clip's bound ``ratio_c`` (verl's ``clip_ratio_c``)."""
-
-    low: float
-    high: float
-    ratio_c: float
-
-
-def vanilla_clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: VanillaClip) -> torch.Tensor:
-    """(B, T) bool: the tokens whose gradient verl's vanilla PPO loss clips away, by verl's own comparisons:
-    the clipped term wins (its ``pg_clipfrac``: A > 0 and ratio > 1 + high, or A < 0 and ratio < 1 - low) or,
-    for A < 0, the dual clip's bound -A * ratio_c caps the loss (its ``pg_clipfrac_lower``: ratio > ratio_c).
-    The two sets are disjoint, so a batch's fraction is the sum of verl's two fractions."""
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - clip.low, 1 + clip.high)
-    surrogate = torch.maximum(unclipped, clipped)
-    return (clipped > unclipped) | ((advantages < 0) & (surrogate > -advantages * clip.ratio_c))
-
-
 def origin_sums(
     origins: torch.Tensor,
     response_mask: torch.Tensor,
     old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    clip: Optional[VanillaClip],
+    ratio: torch.Tensor,
+    clipped: Optional[torch.Tensor],
     grad: Optional[torch.Tensor] = None,
 ) -> dict[str, float]:
     """Per-origin sums over one micro-batch's response tokens (see module docstring); every key for every
-    origin, 0 when it has no tokens, so each micro-batch and rank logs the same keys. ``clip``: verl's
-    vanilla clipping, None for any other loss mode (no ``_vanilla_clipped``); ``grad`` (B, T): dL/dlogp of
-    the surrogate (None: no ``_grad_abs``)."""
+    origin, 0 when it has no tokens, so each micro-batch and rank logs the same keys. ``ratio`` (B, T): the
+    importance ratio pi_theta / pi_old the loss computed; ``clipped`` (B, T) bool: the tokens the loss's
+    clipping removed (the trainer's loss knows its own clipping: ``integration/trainer.py``), None for a loss
+    without a clip fraction (no ``_vanilla_clipped``); ``grad`` (B, T): dL/dlogp of the surrogate (None: no
+    ``_grad_abs``)."""
     mask = response_mask.to(torch.bool)
     with torch.no_grad():
-        log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        ratio = log_ratio.exp()
+        ratio = ratio.detach().float()
         columns = {"_tokens": mask.float(), "_old_logprob_sum": old_log_prob.float(), "_ratio_sum": ratio}
-        if clip is not None:
-            columns[VANILLA_CLIPPED] = vanilla_clipped(ratio, advantages.detach().float(), clip).float()
+        if clipped is not None:
+            columns[VANILLA_CLIPPED] = clipped.float()
         if grad is not None:
             columns["_grad_abs"] = grad.detach().float().abs()
         codes = origins.to(torch.int64)

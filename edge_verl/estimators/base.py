@@ -23,7 +23,6 @@ groups, so cost is O(B*T) and runs on whatever device the tensors are on.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 from collections.abc import Mapping as MappingABC
@@ -32,6 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
+
+from edge_verl.config import Options
 
 PAD_UID_PREFIX = "pad"
 # masked_row_sum: CPU inputs above this many elements (2 MB of float32, where a fresh (B, T) temporary costs
@@ -87,9 +88,10 @@ def batch_token_inputs(batch: Any) -> dict[str, Any]:
     return {name: batch[key] for key, name in VERL_BATCH_KEYS.items() if key in keys}
 
 
-class EstimatorOptions:
-    """What the plugin reads off any estimator's options besides the estimator itself; the defaults are GRPO's.
-    An estimator's options class derives from it and overrides what differs:
+class EstimatorOptions(Options):
+    """An estimator's options class (an ``edge_verl.config.Options``: fields with descriptions and declared bounds,
+    ``section`` its registry key). Besides its own fields, what the plugin reads off it (``Estimator.inputs`` and the
+    methods beside it), each optional, the default GRPO's (``ESTIMATOR_DEFAULTS``):
 
     token_inputs: the per-token inputs (B, T) the estimator reads with these options (``TOKEN_INPUTS``).
     std_epsilon: the epsilon of its GRPO normalisation (GEC's statistics of the responses as sampled use it).
@@ -99,14 +101,8 @@ class EstimatorOptions:
         "algorithm.edge_eda.entropy_gradient=True"), None when these options leave the loss to verl.
     """
 
-    token_inputs = ()
-    std_epsilon = VERL_GRPO_EPSILON
-    resume_without_state = False
-    loss_option = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The options' values by field (a dump of a computation keeps them; ``from_mapping`` reads them back)."""
-        return dataclasses.asdict(self)
+ESTIMATOR_DEFAULTS = {"token_inputs": (), "std_epsilon": VERL_GRPO_EPSILON, "resume_without_state": False, "loss_option": None}
 
 
 @dataclass(frozen=True)
@@ -161,11 +157,35 @@ class LossScale:
     applies to (B,) bool, from the loss columns the estimator's advantage step wrote (``columns``, padded
     (B, T), with ``response_mask``), the batch-level options it wrote under ``options_key`` and the current
     policy's per-token entropy (B, T, with gradient). The trainer's own policy loss then receives the advantages
-    times the factor (``integration/actor_loss.py``)."""
+    times the factor (``integration/trainer.py``)."""
 
     columns: tuple[str, ...]
     options_key: str
     factor: Callable[[Mapping[str, torch.Tensor], Mapping[str, Any], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+# The diagnostics of a LossScale in the actor loss (and of GEC's per-origin gradient shares).
+
+
+def loss_gradients(loss: torch.Tensor, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]) -> Optional[tuple]:
+    """(dL/dlogp, dL/dH) over the loss's elementwise ops (``retain_graph``: the trainer's backward follows);
+    None without a graph (no_grad, or a loss that does not depend on the policy). A missing path gives None."""
+    inputs = [tensor for tensor in (log_prob, entropy) if tensor is not None and tensor.requires_grad]
+    if not (torch.is_grad_enabled() and loss.requires_grad and inputs):
+        return None
+    grads = iter(torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))
+    return tuple(next(grads) if tensor is not None and tensor.requires_grad else None for tensor in (log_prob, entropy))
+
+
+def entropy_gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: Optional[torch.Tensor]) -> float:
+    """|dL/dH| / (|dL/dlogp| + |dL/dH|), norms over the micro-batch's response tokens: of the loss gradient
+    with respect to the policy's outputs, the share that reaches them through the entropy (a cheap proxy for
+    the share in parameter space, no second backward through the model); 0 without any gradient."""
+    through_entropy = float(grad_entropy.norm()) if grad_entropy is not None else 0.0
+    through_log_prob = float(grad_log_prob.norm()) if grad_log_prob is not None else 0.0
+    total = through_log_prob + through_entropy
+    return through_entropy / total if total > 0 else 0.0
+
 
 
 @dataclass(frozen=True)
@@ -190,8 +210,10 @@ class Estimator:
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"an estimator's name is a registry key without '/', not {self.name!r}")
-        if not (isinstance(self.config, type) and issubclass(self.config, EstimatorOptions)) or not callable(getattr(self.config, "from_mapping", None)):
-            raise TypeError(f"estimator {self.name}: its config class needs to be an edge_verl.estimators.base.EstimatorOptions with from_mapping(mapping)")
+        if not (isinstance(self.config, type) and issubclass(self.config, EstimatorOptions)):
+            raise TypeError(f"estimator {self.name}: its config class needs to be an edge_verl.estimators.base.EstimatorOptions")
+        if self.config.section != self.name:
+            raise ValueError(f"estimator {self.name}: its options' section is its name (section = {self.name!r}), not {self.config.section!r}")
         if self.state is not None and not self.state_key:
             raise ValueError(f"estimator {self.name}: training state needs a state_key (its key in the checkpoint)")
 
@@ -208,21 +230,36 @@ class Estimator:
         """A fresh training state for these options (None for an estimator without one)."""
         return self.state(options) if self.state is not None else None
 
+    @staticmethod
+    def read(options: Any, name: str) -> Any:
+        """What the plugin reads off any estimator's options (``ESTIMATOR_DEFAULTS``), the default where they lack it."""
+        return getattr(options, name, ESTIMATOR_DEFAULTS[name])
+
+    def std_epsilon(self, options: Any) -> float:
+        return float(self.read(options, "std_epsilon"))
+
+    def resume_without_state(self, options: Any) -> bool:
+        return bool(self.read(options, "resume_without_state"))
+
+    def loss_option(self, options: Any) -> Optional[str]:
+        """The option that moves its work into the actor loss, when it has a ``LossScale`` and these options ask."""
+        return self.read(options, "loss_option") if self.loss is not None else None
+
     def loss_metric(self, options: Any) -> Optional[tuple[str, str]]:
         """(the actor metric the loss reports, without the trainer's "actor/"; the option that asks for it) when
         these options move work into the actor loss: an update without it means the plugin did not run there."""
-        why = options.loss_option if self.loss is not None else None
+        why = self.loss_option(options)
         return None if why is None else (f"{self.name}/{LOSS_SCALE_METRIC}", why)
 
     def loss_entropy(self, options: Any) -> Optional[str]:
         """Why the actor loss reads the current policy's entropy with these options (verl computes it there
         only with ``actor.calculate_entropy``); None when it does not."""
-        why = options.loss_option if self.loss is not None else None
+        why = self.loss_option(options)
         return None if why is None else f"{why} rescales the advantage inside the actor loss with the current policy's entropy"
 
     def inputs(self, options: Any) -> tuple[str, ...]:
         """The per-token inputs it reads with these options, each checked against ``TOKEN_INPUTS``."""
-        wanted = tuple(options.token_inputs)
+        wanted = tuple(self.read(options, "token_inputs"))
         unknown = [name for name in wanted if name not in TOKEN_INPUTS]
         if unknown:
             raise ValueError(f"estimator {self.name} asks for {unknown}; the inputs are {list(TOKEN_INPUTS)}")

@@ -24,20 +24,23 @@ Two forms (``EdaConfig.entropy_gradient``):
   detached normaliser is the old policy's group mean (the reference's current-policy mean, detached, is
   the same number at the first mini-batch), and ``entropy_gradient_scale`` turns the detached advantage
   into that form inside the loss: A_hat_i * P_hat_i^old / P_hat_i(theta) = A_i / P_hat_i(theta), with the
-  same guards. Its diagnostic, ``entropy_gradient_share``, reads the loss's gradient with respect to its two
-  inputs (``loss_gradients``, also the source of GEC's per-origin gradient shares).
+  same guards. Its diagnostic, ``base.entropy_gradient_share`` (any estimator's ``LossScale``), reads the loss's
+  gradient with respect to its two inputs (``base.loss_gradients``, also the source of GEC's per-origin gradient
+  shares).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 import torch
 
-from edge_verl.config import _check_declared, _check_finite, _from_mapping, _option
+from pydantic import field_validator
+
+from edge_verl.config import _check_finite, option
 from edge_verl.estimators.base import (
     Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, advantage_variance_metrics, group_sum, grpo_outcome,
     masked_extreme, masked_mean, masked_quantiles, masked_response_mean, masked_row_sum_and_count, on_host, register_estimator,
@@ -112,26 +115,6 @@ def entropy_gradient_scale(
     return old / current
 
 
-def loss_gradients(loss: torch.Tensor, log_prob: torch.Tensor, entropy: Optional[torch.Tensor]) -> Optional[tuple]:
-    """(dL/dlogp, dL/dH) over the loss's elementwise ops (``retain_graph``: the trainer's backward follows);
-    None without a graph (no_grad, or a loss that does not depend on the policy). A missing path gives None."""
-    inputs = [tensor for tensor in (log_prob, entropy) if tensor is not None and tensor.requires_grad]
-    if not (torch.is_grad_enabled() and loss.requires_grad and inputs):
-        return None
-    grads = iter(torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True))
-    return tuple(next(grads) if tensor is not None and tensor.requires_grad else None for tensor in (log_prob, entropy))
-
-
-def entropy_gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: Optional[torch.Tensor]) -> float:
-    """|dL/dH| / (|dL/dlogp| + |dL/dH|), norms over the micro-batch's response tokens: of the loss gradient
-    with respect to the policy's outputs, the share that reaches them through the entropy (a cheap proxy for
-    the share in parameter space, no second backward through the model); 0 without any gradient."""
-    through_entropy = float(grad_entropy.norm()) if grad_entropy is not None else 0.0
-    through_log_prob = float(grad_log_prob.norm()) if grad_log_prob is not None else 0.0
-    total = through_log_prob + through_entropy
-    return through_entropy / total if total > 0 else 0.0
-
-
 def compute_eda_advantages(
     scores: torch.Tensor,
     token_entropy: torch.Tensor,
@@ -192,49 +175,59 @@ def eda_step_metrics(result: EdaResult, valid: torch.Tensor) -> dict[str, float]
 # --- its options -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class EdaConfig(EstimatorOptions):
-    """Entropy-Driven Advantage (estimator ``edge_eda``).
+    """Entropy-Driven Advantage (estimator ``edge_eda``)."""
 
-    std_epsilon: added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).
-    entropy_epsilon: guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most
-        this are left unscaled, so zero entropy never divides by zero.
-    ratio_clamp: optional [low, high] bound on P_hat; None (default) = the final reference code, which has no
-        clamp; the paper's first code version used [0.1, 10].
-    entropy_gradient: False (default) = the detached form (a constant advantage from the old policy's
-        entropy, what both third-party ports do); True = the reference code's form, with gradient through the
-        current policy's entropy inside the actor loss (both explained in edge_verl/estimators/edge_eda.py). The
-        EDGE recipes set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the
-        first rollout). Off by default because it changes the actor's loss and costs memory and an entropy
-        backward in every update.
-    """
+    section: ClassVar[str] = NAME
+    token_inputs: ClassVar[tuple[str, ...]] = ("entropy",)  # the old policy's per-token entropy
+    std_epsilon: float = option(
+        0.0001, ge=0.0,
+        description="added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).",
+    )
+    entropy_epsilon: float = option(
+        1e-06, gt=0.0,
+        description=(
+            "guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most this are left "
+            "unscaled, so zero entropy never divides by zero."
+        ),
+    )
+    ratio_clamp: Optional[tuple[float, float]] = option(
+        None,
+        description=(
+            "optional [low, high] bound on P_hat; None (default) = the final reference code, which has no clamp; "
+            "the paper's first code version used [0.1, 10]."
+        ),
+    )
+    entropy_gradient: bool = option(
+        False,
+        description=(
+            "False (default) = the detached form (a constant advantage from the old policy's entropy, what both "
+            "third-party ports do); True = the reference code's form, with gradient through the current policy's "
+            "entropy inside the actor loss (both explained in edge_verl/estimators/edge_eda.py). The EDGE recipes "
+            "set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the first rollout). "
+            "Off by default because it changes the actor's loss and costs memory and an entropy backward in every "
+            "update."
+        ),
+    )
 
-    std_epsilon: float = _option(1e-4, low=0.0)
-    entropy_epsilon: float = _option(1e-6, above=0.0)
-    ratio_clamp: Optional[tuple[float, float]] = None
-    entropy_gradient: bool = False
-
-    def __post_init__(self) -> None:
-        _check_declared(self, "edge_eda")
-        if self.ratio_clamp is not None:
-            clamp = tuple(self.ratio_clamp)
-            if len(clamp) != 2:
-                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} must be [low, high] or null")
-            low = _check_finite("edge_eda", "ratio_clamp[0]", clamp[0])
-            high = _check_finite("edge_eda", "ratio_clamp[1]", clamp[1])
-            if not 0 < low < high:
-                raise ValueError(f"edge_eda.ratio_clamp={self.ratio_clamp!r} needs 0 < low < high")
-            object.__setattr__(self, "ratio_clamp", (low, high))
-
+    @field_validator("ratio_clamp", mode="before")
     @classmethod
-    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "EdaConfig":
-        return _from_mapping(cls, values)
-
-    token_inputs = ("entropy",)
+    def _clamp(cls, value: Any) -> Optional[tuple[float, float]]:
+        if value is None:
+            return None
+        clamp = tuple(value)
+        if len(clamp) != 2:
+            raise ValueError(f"edge_eda.ratio_clamp={value!r} must be [low, high] or null")
+        low = _check_finite("edge_eda", "ratio_clamp[0]", clamp[0])
+        high = _check_finite("edge_eda", "ratio_clamp[1]", clamp[1])
+        if not 0 < low < high:
+            raise ValueError(f"edge_eda.ratio_clamp={value!r} needs 0 < low < high")
+        return (low, high)
 
     @property
     def loss_option(self) -> Optional[str]:
-        return "algorithm.edge_eda.entropy_gradient=True" if self.entropy_gradient else None
+        """The gradient form moves EDA's work into the actor loss (its ``LossScale``, ``loss_factor``)."""
+        return f"algorithm.{NAME}.entropy_gradient=True" if self.entropy_gradient else None
 
 
 # --- its declaration ---------------------------------------------------------------------------------------

@@ -16,12 +16,14 @@ The GRPO advantage A_i itself and the policy loss are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
-from edge_verl.config import _check_declared, _from_mapping, _option
+from pydantic import model_validator
+
+from edge_verl.config import option
 from edge_verl.estimators.base import (
     Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, advantage_variance_metrics, group_sum, grpo_outcome, masked_mean,
     masked_row_sum_and_count, masked_variance, on_host, register_estimator,
@@ -262,46 +264,75 @@ def gepo_step_metrics(result: GepoResult, valid: torch.Tensor, ema_updates: int)
 
 
 GEPO_ABLATIONS = ("none", "no_high_entropy_control", "no_low_entropy_control", "symmetric")
+EMA_ORDERS = ("update_then_apply", "apply_then_update")
 
 
-@dataclass(frozen=True)
 class GepoConfig(EstimatorOptions):
-    """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``).
+    """Group-entropy-conditioned asymmetric advantage scaling (estimator ``gepo``)."""
 
-    alpha_low: factor on positive advantages in confident groups (H_g < H_low); paper 0.5.
-    alpha_high: factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper
-        requires alpha_high < alpha_low (otherwise responses shrink: "length collapse").
-    beta_low, beta_high: threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.
-    gamma: EMA rate of the thresholds (Eq. 9); paper 0.01.
-    group_entropy: "token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or
-        "token_entropy" (exact per-token entropy instead of the sampled-token NLL).
-    ema_order: "update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".
-    ema_init: "first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9;
-        needs ~1/gamma steps to recover).
-    std_epsilon: epsilon of the unchanged GRPO advantage; verl's 1e-6.
-    resume_without_state: False (default) makes resuming from a checkpoint that lacks the thresholds an
-        error; True starts the thresholds afresh instead.
-    ablation: "none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the
-        asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose:
-        "no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1),
-        "no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1),
-        "symmetric" (one factor for both: needs alpha_high = alpha_low).
-    """
+    section: ClassVar[str] = NAME
+    alpha_low: float = option(
+        0.5, ge=0.0, le=1.0,
+        description="factor on positive advantages in confident groups (H_g < H_low); paper 0.5.",
+    )
+    alpha_high: float = option(
+        0.2, ge=0.0, le=1.0,
+        description=(
+            "factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper requires "
+            'alpha_high < alpha_low (otherwise responses shrink: "length collapse").'
+        ),
+    )
+    beta_low: float = option(
+        0.2, ge=0.0,
+        description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.",
+    )
+    beta_high: float = option(
+        0.3, ge=0.0,
+        description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.",
+    )
+    gamma: float = option(
+        0.01, le=1.0, gt=0.0, reason='would freeze the thresholds forever',
+        description="EMA rate of the thresholds (Eq. 9); paper 0.01.",
+    )
+    group_entropy: Literal[GROUP_ENTROPY_ESTIMATORS] = option(
+        "token_pooled",
+        description=(
+            '"token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or "token_entropy" '
+            "(exact per-token entropy instead of the sampled-token NLL)."
+        ),
+    )
+    ema_order: Literal[EMA_ORDERS] = option(
+        "update_then_apply",
+        description='"update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".',
+    )
+    ema_init: Literal[GepoThresholds.INITS] = option(
+        "first_batch",
+        description=(
+            '"first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9; needs '
+            "~1/gamma steps to recover)."
+        ),
+    )
+    std_epsilon: float = option(1e-06, ge=0.0, description="epsilon of the unchanged GRPO advantage; verl's 1e-6.")
+    resume_without_state: bool = option(
+        False,
+        description=(
+            "False (default) makes resuming from a checkpoint that lacks the thresholds an error; True starts the "
+            "thresholds afresh instead."
+        ),
+    )
+    ablation: Literal[GEPO_ABLATIONS] = option(
+        "none",
+        description=(
+            '"none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the '
+            "asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose: "
+            '"no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1), '
+            '"no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1), '
+            '"symmetric" (one factor for both: needs alpha_high = alpha_low).'
+        ),
+    )
 
-    alpha_low: float = _option(0.5, low=0.0, high=1.0)
-    alpha_high: float = _option(0.2, low=0.0, high=1.0)
-    beta_low: float = _option(0.2, low=0.0)
-    beta_high: float = _option(0.3, low=0.0)
-    gamma: float = _option(0.01, above=0.0, high=1.0, reason="would freeze the thresholds forever")
-    group_entropy: str = _option("token_pooled", choices=GROUP_ENTROPY_ESTIMATORS)
-    ema_order: str = _option("update_then_apply", choices=("update_then_apply", "apply_then_update"))
-    ema_init: str = _option("first_batch", choices=GepoThresholds.INITS)
-    std_epsilon: float = _option(1e-6, low=0.0)
-    resume_without_state: bool = False
-    ablation: str = _option("none", choices=GEPO_ABLATIONS)
-
-    def __post_init__(self) -> None:
-        _check_declared(self, "gepo")
+    @model_validator(mode="after")
+    def _paper_or_an_ablation(self) -> "GepoConfig":
         if self.ablation == "none" and not self.alpha_high < self.alpha_low:
             raise ValueError(
                 f"gepo.alpha_high={self.alpha_high!r} must be < gepo.alpha_low={self.alpha_low!r}: the paper "
@@ -317,13 +348,11 @@ class GepoConfig(EstimatorOptions):
             raise ValueError(
                 f"gepo.ablation={self.ablation} needs {rule[0]}; got alpha_low={self.alpha_low!r}, alpha_high={self.alpha_high!r}"
             )
-
-    @classmethod
-    def from_mapping(cls, values: Optional[Mapping[str, Any]]) -> "GepoConfig":
-        return _from_mapping(cls, values)
+        return self
 
     @property
     def token_inputs(self) -> tuple[str, ...]:
+        """The old policy's per-token entropy with ``group_entropy=token_entropy``, else its log-probs."""
         return ("entropy",) if self.group_entropy == "token_entropy" else ("old_log_probs",)
 
 

@@ -89,7 +89,8 @@ from edge_verl.algorithms.gec import (
 )
 from edge_verl.algorithms.gec import GecConfig
 from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
-from edge_verl.integration.run import check_budget, check_gec_supported, read_placebo_pool
+from edge_verl.integration.preflight import read_placebo_pool
+from edge_verl.integration.run import check_budget, check_gec_supported
 from edge_verl.integration.seeding import CONTINUATION_SALT, continuation_seed, sample_index
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Union
 
-from edge_verl.algorithms.ratio_clamp import LOG_RATIO_CLAMP
 from edge_verl import names
 from edge_verl.source_checks import (
     Relied,
@@ -40,6 +39,10 @@ from edge_verl.source_checks import (
     registry_of,
     sets_keys_before,
 )
+
+# verl clamps log(pi_theta / pi_old) to this range before exp (core_algos.compute_policy_loss_vanilla); the loss
+# hook's GEC diagnostics (integration/trainer.py) compute the ratio the same way, and CORE checks verl's source for it.
+LOG_RATIO_CLAMP = 20.0
 
 InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 # The mark a replacement carries: the (module, path) entry it was installed under.
@@ -240,7 +243,7 @@ CORE = PatchTable(
         },
         # v1's update batch in (prompt, sample index) order, not completion order (seeding.py)
         "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
-        # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import.
+        # the actor loss (integration/trainer.py), and the modules that bind ppo_loss by name at import.
         # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
         # which ppo_loss sets per micro-batch before it calls the policy loss.
         "verl.workers.utils.losses": {

@@ -23,7 +23,8 @@ import numpy as np
 from edge_verl import names
 from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.integration.internals import CORE
-from edge_verl.integration.run import active_run, advantage_step, current_run, run_of, wrap_load_checkpoint, wrap_save_checkpoint
+from edge_verl.integration.checkpoint import wrap_load_checkpoint, wrap_save_checkpoint
+from edge_verl.integration.run import active_run, advantage_step, current_run, run_of
 from edge_verl.integration.trainer import after_actor_update, compute_advantage_in_step, gec_advantage_outputs, gec_metrics, grader_metrics
 
 # The old policy's per-token entropy, copied under this column before verl pops ``entropys``.

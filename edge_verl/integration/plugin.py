@@ -17,11 +17,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from edge_verl.estimators import import_feature_modules
-from edge_verl.integration import actor_loss, estimator_adapter, fused_head, seeding
+from edge_verl.integration import fused_head, run, seeding, trainer
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.post_import import when_imported
-from edge_verl.integration.run import plugin_in_use, preflight_or_exit
+from edge_verl.integration.preflight import preflight_or_exit
+from edge_verl.integration.run import plugin_in_use
 from edge_verl.integration.trainer import V1Adapter
 
 
@@ -47,14 +48,21 @@ def patch_agent_loop(module: Any) -> None:
     seeding.install_agent_loop(module)
 
 
+def patch_v1_trainer(module: Any) -> None:
+    """The v1 trainer's adapter (``trainer.py``; its checkpoints, ``checkpoint.py``) and the seeded update batch's
+    order (``seeding.py``)."""
+    V1Adapter.install(module)
+    CORE.wrap(module, "PPOTrainer._build_replay_buffer", seeding.wrap_build_replay_buffer)
+
+
 HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
-    "verl.workers.utils.losses": actor_loss.patch_losses,
+    "verl.workers.utils.losses": trainer.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
-    "verl.trainer.ppo.core_algos": estimator_adapter.register_estimators,
+    "verl.trainer.ppo.core_algos": run.register_estimators,
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
-    "verl.trainer.ppo.v1.trainer_base": V1Adapter.install,
+    "verl.trainer.ppo.v1.trainer_base": patch_v1_trainer,
     "verl.trainer.ppo.v1.replay_buffer": seeding.install_replay_buffer,
     "verl.models.transformers.monkey_patch": fused_head.patch_monkey_patch,
     "verl.utils.experimental.torch_functional": fused_head.patch_torch_functional,

@@ -1,58 +1,51 @@
-"""One training run's lifecycle as the plugin sees it, in the order it happens, and the advantage step.
+"""One training run as the plugin sees it, and its advantage steps (no verl import at module level: the preflight
+runs in processes that never import verl).
 
-- **Before Ray** (``preflight``): every check of the plugin's options that needs only verl's composed config
-  and the data files, in the driver (seconds instead of minutes after worker spawn and model load). A plain
-  ``python -m verl.trainer.main_ppo ...`` runs it right after verl's own ``validate_config`` (``plugin.py``
-  wraps it), where a failure ends the process with the message as its last lines (``PreflightFailed`` ->
-  exit code 2); ``edge-verl preflight`` runs the same checks on the config composed from the recipes'
-  overrides without importing verl. Checked: the estimator's options (``config.py``), EDA's gradient form and
-  its prerequisite (``actor.calculate_entropy``), GEC's switch, rollout settings, token budgets and, for a
-  placebo rewarded as gold, verl's reward settings; the data files (exist; a GEC run's training rows carry
-  ``agent_name`` and the ground truth GEC grades with; no validation row is marked for GEC). The reflection
-  phrase's token count, which needs the tokenizer, is checked when the agent loop starts.
-- **``TrainingRun``**: one per verl trainer that uses the plugin (``plugin_in_use``), created when the
-  trainer loads its checkpoint (before the first rollout, ``start_run``) and attached to the trainer object.
-  It holds the run's options parsed and validated ONCE (which estimator, its options, whether GEC is on)
-  and the estimator's training state (GEPO's EMA thresholds). A plain verl run gets none, and every trainer
-  adapter passes it straight through.
-- **Its state on disk**: ``edge_verl_state.json`` in each of verl's ``global_step_N`` checkpoint folders,
-  written after verl's own checkpoint and read back on resume (an estimator without state has no file).
+- **``TrainingRun``**: one per verl trainer that uses the plugin (``plugin_in_use``), created when the trainer
+  loads its checkpoint (before the first rollout, ``start_run``) and attached to the trainer object. It holds the
+  run's options parsed and validated ONCE (which estimator, its registry entry and options, whether GEC is on, the
+  extra metrics, the seeding) and the estimator's training state (GEPO's EMA thresholds; with every checkpoint,
+  ``checkpoint.py``). ``check_run_config`` checks what one option section cannot (EDA's gradient form and its
+  prerequisite, GEC's rollout settings and token budgets, a placebo's reward settings, the estimator's fewest
+  groups); the preflight (``preflight.py``) runs it before Ray, with the data files' checks. A plain verl run gets
+  no run, and every trainer adapter passes it straight through.
 - **``AdvantageStep``**: one per advantage computation, opened by the trainer's adapter with ``with
-  advantage_step(run, entropy=...) as step:`` around verl's own code. The estimator, called by verl, reads
-  its inputs from ``current_step()`` and writes its metrics and loss columns into the step; the adapter
-  returns them to verl after the block. Steps do not nest (a second one is an error), and every path,
-  exceptions included, closes the step.
+  advantage_step(run, entropy=...) as step:`` around verl's own code. Steps do not nest (a second one is an
+  error), and every path, exceptions included, closes the step.
+- **The estimator adapter** (``verl_estimator``): the ONE function verl's registry calls for every estimator of
+  the registry (``edge_verl/estimators/``). verl 0.9.1 calls a registered estimator with token_level_rewards,
+  response_mask, index (uid) and config (= ``config.algorithm``) only; the per-token inputs an estimator reads come
+  from the open step (filled by the trainer adapter) or from ``batch=`` (the signature of upstream PR #7473, verl's
+  own key names). It unpacks into a ``GroupBatch``, calls the estimator's function, hands its metrics, loss
+  columns and per-response values to the step, and packs. Options and state come parsed once from the current
+  run. Missing inputs raise; there is no silent fallback to GRPO. ``register_estimators`` puts it in verl's
+  registry when verl imports ``core_algos`` (``plugin.py``).
 
 ``active_run`` makes a run current for the legacy trainer's ``fit`` (its advantage function and agent-loop
 manager have no reference to the trainer). Both "current" slots are ``contextvars.ContextVar``s: scoped,
 reset by the ``with`` blocks, and private to the thread. They, and the other values that travel by a
 channel verl's signatures do not show, are listed with their reasons in ARCHITECTURE.md ("How values
-travel"). No verl import at module level: the preflight runs in processes that never import verl.
+travel").
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import sys
+import warnings
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 import torch
 from omegaconf import OmegaConf
 
 from edge_verl import names
-from edge_verl.algorithms.gec import GecConfig, PlaceboProblem
+from edge_verl.algorithms.gec import GecConfig
 from edge_verl.algorithms.seeds import keyed_seed, seed_global_generators
 from edge_verl.config import MetricsConfig, SeedingConfig
-from edge_verl.estimators.base import ESTIMATORS, VERL_GRPO_EPSILON, Estimator
-
-STATE_FILE = "edge_verl_state.json"
-EXIT_CODE = 2
-PREFIX = "edge-verl preflight"
+from edge_verl.estimators.base import (
+    ESTIMATORS, TOKEN_INPUTS, VERL_BATCH_KEYS, VERL_GRPO_EPSILON, Estimator, GroupBatch, group_index_from_uids,
+)
 
 
 # --- the run's options, parsed once -----------------------------------------------------------------------------
@@ -69,16 +62,13 @@ def config_section(config: Any, name: str) -> dict:
         return OmegaConf.to_container(section, resolve=True)
     return dict(section)
 
-
 def bypass_mode_enabled(algorithm_config: Any) -> bool:
     """verl's bypass mode skips the old-policy pass (no entropy, old_log_probs := rollout log-probs)."""
     return bool(config_section(algorithm_config, "rollout_correction").get("bypass_mode", False))
 
-
 def norm_adv_by_std(algorithm_config: Any) -> bool:
     """verl's ``algorithm.norm_adv_by_std_in_grpo`` (default True), honoured by both estimators."""
     return bool(algorithm_config.get("norm_adv_by_std_in_grpo", True)) if hasattr(algorithm_config, "get") else True
-
 
 def estimator_options(algorithm_config: Any, estimator: str) -> Any:
     """The validated options of one of the plugin's estimators (``estimators.ESTIMATORS``) from
@@ -89,7 +79,6 @@ def estimator_options(algorithm_config: Any, estimator: str) -> Any:
             "old_log_probs), which algorithm.rollout_correction.bypass_mode=True skips; set it to False."
         )
     return ESTIMATORS[estimator].options(config_section(algorithm_config, estimator))
-
 
 def plugin_in_use(algorithm_config: Any) -> bool:
     """The run asks for something of the plugin: one of its estimators, or options under
@@ -102,14 +91,12 @@ def plugin_in_use(algorithm_config: Any) -> bool:
     sections = (names.GEC_SECTION, names.METRICS_SECTION, names.SEEDING_SECTION)
     return any((section := algorithm_config.get(name, None)) is not None and len(section) > 0 for name in sections)
 
-
 def seeding_options(algorithm_config: Any) -> Optional[SeedingConfig]:
     """The validated ``algorithm.edge_seeding`` options of a run that uses the plugin, None for a plain run
     (whose sampling stays verl's)."""
     if not plugin_in_use(algorithm_config):
         return None
     return SeedingConfig.from_mapping(config_section(algorithm_config, names.SEEDING_SECTION))
-
 
 def sampling_seed(config: Any) -> Optional[int]:
     """The run's sampling seed (``actor_rollout_ref.rollout.seed``) when its responses are seeded one by one
@@ -118,7 +105,6 @@ def sampling_seed(config: Any) -> Optional[int]:
     if options is None or not options.enable:
         return None
     return int(config.actor_rollout_ref.rollout.get("seed", 0) or 0)
-
 
 def gec_options(algorithm_config: Any) -> GecConfig:
     """The validated ``algorithm.edge_gec`` options (``enable`` is GEC's one switch)."""
@@ -170,7 +156,7 @@ class TrainingRun:
     @property
     def std_epsilon(self) -> float:
         """The epsilon of the estimator's GRPO normalisation (verl's for verl's estimators)."""
-        return self.options.std_epsilon if self.entry is not None else VERL_GRPO_EPSILON
+        return self.entry.std_epsilon(self.options) if self.entry is not None else VERL_GRPO_EPSILON
 
     @property
     def uses_plugin_estimator(self) -> bool:
@@ -219,97 +205,7 @@ class TrainingRun:
         return {self.entry.state_key: self.state.state_dict()} if self.state is not None else {}
 
 
-@dataclass
-class AdvantageStep:
-    """Inputs handed to the estimator for one advantage computation, and what it hands back.
-
-    inputs: per-token tensors (B, T) under the plugin's names: "entropy" (old policy's token entropy),
-    "old_log_probs". metrics: the step's metrics, already prefixed for verl's logger. loss_columns:
-    per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's batch (EDA's
-    gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values
-    for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
-    sources: the responses' ``data_source`` (B,), when the run logs per-source statistics and the adapter's
-    batch carries them; per_response: per-response (B,) values an estimator hands to those statistics
-    (GEPO: ``estimators.base.per_source_statistics``'s ``gepo`` fields).
-    """
-
-    run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer
-    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
-    loss_options: dict[str, Any] = field(default_factory=dict)
-    sources: Optional[Any] = None
-    per_response: dict[str, torch.Tensor] = field(default_factory=dict)
-    _groupings: dict[int, tuple[Any, tuple]] = field(default_factory=dict, repr=False)
-
-    def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:
-        """``group_index_from_uids(uids)``, computed once per uid array in this step: the estimator and the
-        step's advantage statistics share it (verl hands both the same ``uid`` array)."""
-        from edge_verl.estimators.base import group_index_from_uids
-
-        cached = self._groupings.get(id(uids))
-        if cached is None or cached[0] is not uids:
-            cached = self._groupings[id(uids)] = (uids, group_index_from_uids(uids))
-        return cached[1]
-
-
-_CURRENT_RUN: ContextVar[Optional[TrainingRun]] = ContextVar("edge_verl_run", default=None)
-_CURRENT_STEP: ContextVar[Optional[AdvantageStep]] = ContextVar("edge_verl_step", default=None)
-
-
-def current_run() -> Optional[TrainingRun]:
-    return _CURRENT_RUN.get()
-
-
-def current_step() -> Optional[AdvantageStep]:
-    return _CURRENT_STEP.get()
-
-
-@contextlib.contextmanager
-def active_run(run: TrainingRun) -> Iterator[TrainingRun]:
-    """Make ``run`` the current training run for the block (the legacy trainer's ``fit``)."""
-    token = _CURRENT_RUN.set(run)
-    try:
-        yield run
-    finally:
-        _CURRENT_RUN.reset(token)
-
-
-@contextlib.contextmanager
-def advantage_step(run: Optional[TrainingRun], **inputs: Optional[torch.Tensor]) -> Iterator[AdvantageStep]:
-    """One advantage computation of ``run``: hand ``inputs`` (None values are skipped) to the estimator."""
-    if _CURRENT_STEP.get() is not None:
-        raise RuntimeError("an advantage step is already open: each trainer adapter opens exactly one per step")
-    step = AdvantageStep(run=run, inputs={key: value for key, value in inputs.items() if value is not None})
-    token = _CURRENT_STEP.set(step)
-    try:
-        yield step
-    finally:
-        _CURRENT_STEP.reset(token)
-
-
-def prefixed(metrics: Mapping[str, float], *scope: str) -> dict[str, float]:
-    """``{"x": 1}`` -> ``{"edge_verl/<scope>/x": 1}`` (verl's logger groups by the prefix)."""
-    prefix = "/".join((names.METRIC_PREFIX, *scope))
-    return {f"{prefix}/{key}": value for key, value in metrics.items()}
-
-
-# === before Ray: the preflight =================================================================================
-
-
-class PreflightFailed(SystemExit):
-    """A preflight error. A ``SystemExit`` so that Hydra's error reporting does not bury the message under
-    a traceback: the process ends with ``EXIT_CODE`` and the message is the last thing printed."""
-
-    def __init__(self, message: str):
-        super().__init__(EXIT_CODE)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-# --- GEC's switch against the data -------------------------------------------------------------------------
+# --- the run's options, checked together (before Ray, ``preflight.py``; and again in the trainer, ``start_run``) ---
 
 
 def check_gec_rows(
@@ -340,10 +236,6 @@ def check_gec_rows(
             "(EDGE-GRPO), or train on data without that column."
         )
 
-
-# --- the config ----------------------------------------------------------------------------------------------
-
-
 def check_gec_supported(config: Any) -> GecConfig:
     """Refuse settings under which GEC's injected tokens would corrupt verl's bookkeeping; the options."""
     options = gec_options(config.algorithm)
@@ -360,7 +252,6 @@ def check_gec_supported(config: Any) -> GecConfig:
     check_token_budgets(config)
     check_placebo_reward(config, options)
     return options
-
 
 def check_token_budgets(config: Any) -> None:
     """With dynamic batch sizes, each pass packs micro-batches up to a token budget per GPU (times the
@@ -389,7 +280,6 @@ def check_token_budgets(config: Any) -> None:
                 f"= {sequence} (the response holds the first sample, the reflection phrase and the continuation). Raise "
                 f"{key} to at least {-(-sequence // parallel)}, or set actor_rollout_ref.{section}.{switch}=False."
             )
-
 
 def check_placebo_reward(config: Any, options: GecConfig) -> None:
     """``placebo_reward=as_gold`` rewards a placebo response in the agent loop, as verl's naive reward manager
@@ -423,7 +313,6 @@ def check_placebo_reward(config: Any, options: GecConfig) -> None:
             f"verl's agent loop, but reward.reward_model.enable=True: {why}. Run without a reward model, {fix}."
         )
 
-
 def check_budget(options: GecConfig, response_length: int, phrase_tokens: int = 0) -> None:
     """With a first-sample cap, a regenerated response (first sample + phrase + continuation) must fit in
     rollout.response_length, or the truncated responses GEC targets would lose their continuation."""
@@ -438,7 +327,6 @@ def check_budget(options: GecConfig, response_length: int, phrase_tokens: int = 
             f"{response_length}: raise response_length to at least {needed} (data.max_response_length) or lower first_sample_tokens."
         )
 
-
 def uses_edge_reward(config: Any) -> bool:
     """verl's config grades with edge_verl's reward (``reward.custom_reward_function`` or the legacy
     top-level ``custom_reward_function``)."""
@@ -449,7 +337,6 @@ def uses_edge_reward(config: Any) -> bool:
         if names.REWARD_MODULE in path.replace("/", "."):
             return True
     return False
-
 
 def check_run_config(config: Any) -> TrainingRun:
     """The run's ``TrainingRun`` from verl's full config: options validated, GEC's settings checked."""
@@ -468,168 +355,7 @@ def check_run_config(config: Any) -> TrainingRun:
     return run
 
 
-# --- the data files ------------------------------------------------------------------------------------------
-
-
-def data_paths(value: Any) -> list[str]:
-    """``data.train_files`` / ``data.val_files`` (one path, or a list) as a list of strings."""
-    if value is None:
-        return []
-    if isinstance(value, (str, Path)):
-        return [str(value)]
-    return [str(item) for item in value]
-
-
-def _is_local(path: str) -> bool:
-    return "://" not in path  # hdfs://, s3://, ...: verl copies those itself; nothing to check here
-
-
-def check_files_exist(key: str, paths: Sequence[str]) -> list[Path]:
-    """The local files of ``data.<key>``; a missing one is an error naming the key and how to make it."""
-    local = [Path(path).expanduser() for path in paths if _is_local(path)]
-    missing = [str(path) for path in local if not path.is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"data.{key}: {', '.join(missing)} not found (relative paths are relative to {Path.cwd()}); write the "
-            "papers' sets with `python scripts/prepare_data.py --out DIR` and point DATA_DIR / TRAIN_FILE there."
-        )
-    return local
-
-
-def parquet_column(path: Path, column: str) -> Optional[list]:
-    """One column of a parquet file ([] when it has no such column; None when the file is not parquet)."""
-    if path.suffix != ".parquet":
-        return None
-    import pyarrow.parquet as pq
-
-    schema = pq.read_schema(path)
-    if column not in schema.names:
-        return []
-    return pq.read_table(path, columns=[column]).column(column).to_pylist()
-
-
-def _column_of(paths: Sequence[Path], column: str) -> Optional[list]:
-    values: list = []
-    for path in paths:
-        found = parquet_column(path, column)
-        if found is None:
-            return None
-        values += found
-    return values
-
-
-def check_gec_ground_truth(paths: Sequence[Path]) -> None:
-    """GEC grades each response and injects the answer: its training rows need ``reward_model.ground_truth``."""
-    import pyarrow.parquet as pq
-
-    for path in paths:
-        if path.suffix != ".parquet":
-            continue
-        schema = pq.read_schema(path)
-        field = schema.field("reward_model") if "reward_model" in schema.names else None
-        subfields = {field.type.field(i).name for i in range(field.type.num_fields)} if field is not None and hasattr(field.type, "num_fields") else set()
-        if "ground_truth" not in subfields:
-            raise ValueError(
-                f"{path}: GEC grades responses against reward_model.ground_truth, which this file lacks; "
-                "write the training set with scripts/prepare_data.py (train_*_gec.parquet)."
-            )
-
-
-def read_placebo_pool(train_files: Any) -> tuple[PlaceboProblem, ...]:
-    """Every training problem with an answer, for answer_source=placebo (see the module docstring).
-
-    ``train_files`` is verl's ``data.train_files``: one parquet path or a list of them (hdfs paths are
-    copied as verl's RLHFDataset copies them), read in order, their rows numbered across the files as
-    verl concatenates them. Columns as scripts/prepare_data.py writes them: the answer is
-    ``extra_info.answer``, else the first of ``reward_model.ground_truth``; the solution
-    ``extra_info.solution`` ("" when absent: such a problem lends no solution). A row with no answer lends
-    nothing. Every row of the files counts: ``data.max_samples`` and verl's prompt-length filter do not
-    apply here. A file that cannot be read as parquet or has neither column, or fewer than 2 problems
-    with an answer in all, is an error.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from edge_verl.reward.normalize import normalise_answer
-    from edge_verl.reward.score import gold_answers
-
-    paths = [train_files] if isinstance(train_files, str) else list(train_files or ())
-    pool: list[PlaceboProblem] = []
-    row = 0
-    for path in paths:
-        try:
-            local = str(path)
-            if not _is_local(local):  # hdfs: copied as verl's RLHFDataset copies it (verl imported only then)
-                from verl.utils.fs import copy_to_local
-
-                local = copy_to_local(local)
-            present = [name for name in ("extra_info", "reward_model") if name in pq.read_schema(local).names]
-            table = pq.read_table(local, columns=present)
-        except (OSError, pa.ArrowException) as error:
-            raise ValueError(
-                f"edge_gec.answer_source=placebo reads its answers from data.train_files, but {path!r} cannot be "
-                f"read as parquet ({error}); list parquet files this worker can open, or use answer_source=gold."
-            ) from error
-        if not present:
-            raise ValueError(
-                f"edge_gec.answer_source=placebo: the training file {path!r} has neither an extra_info nor a "
-                "reward_model column, so it holds no answers (write it with scripts/prepare_data.py)."
-            )
-        empty = [None] * table.num_rows
-        extras = table.column("extra_info").to_pylist() if "extra_info" in present else empty
-        rewards = table.column("reward_model").to_pylist() if "reward_model" in present else empty
-        for extra_info, reward_model in zip(extras, rewards):
-            extra_info = extra_info or {}
-            answer = str(extra_info.get("answer") or "").strip()
-            answer = answer or next(iter(gold_answers((reward_model or {}).get("ground_truth"))), "")
-            if answer:
-                solution = str(extra_info.get("solution") or "")
-                pool.append(PlaceboProblem(row, answer, solution, normalise_answer(answer)))
-            row += 1
-    if len(pool) < 2:
-        raise ValueError(
-            f"edge_gec.answer_source=placebo lends one training problem's answer to another, but "
-            f"data.train_files={paths} hold {len(pool)} problem(s) with an answer (extra_info.answer or "
-            "reward_model.ground_truth); at least 2 are needed."
-        )
-    return tuple(pool)
-
-
-def check_data(config: Any, run: TrainingRun) -> None:
-    """The data files exist, GEC's switch agrees with their ``agent_name`` column, and a placebo run's
-    training files lend answers (``read_placebo_pool``)."""
-    data = config.get("data", None) or {}
-    train = check_files_exist("train_files", data_paths(data.get("train_files", None)))
-    val = check_files_exist("val_files", data_paths(data.get("val_files", None)))
-    agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
-    check_gec_rows(
-        run.gec_enabled, agent.get("default_agent_loop", None), _column_of(train, "agent_name"), _column_of(val, "agent_name")
-    )
-    if run.gec_enabled:
-        check_gec_ground_truth(train)
-        if run.gec.answer_source == "placebo":
-            read_placebo_pool(data_paths(data.get("train_files", None)))
-
-
-def preflight(config: Any) -> TrainingRun:
-    """All of the above on verl's composed config; raises ``ValueError`` / ``FileNotFoundError`` with the
-    message a user acts on. Returns the validated ``TrainingRun``."""
-    run = check_run_config(config)
-    check_data(config, run)
-    return run
-
-
-def preflight_or_exit(config: Any) -> TrainingRun:
-    """``preflight`` for a command line: an error becomes ``PreflightFailed`` (message printed last)."""
-    try:
-        return preflight(config)
-    except (ValueError, FileNotFoundError) as error:
-        message = f"{PREFIX}: {error}"
-        print(message, file=sys.stderr, flush=True)
-        raise PreflightFailed(message) from None
-
-
-# === in the trainer: attached before the first rollout, saved with every checkpoint ===========================
+# --- attached to verl's trainer -------------------------------------------------------------------------------
 
 _RUN_ATTRIBUTE = "_edge_verl_run"
 
@@ -640,7 +366,6 @@ def agent_names(dataset: Any) -> Optional[list]:
     if frame is None or not hasattr(frame, "column_names"):
         return None
     return list(frame["agent_name"]) if "agent_name" in frame.column_names else []
-
 
 def start_run(trainer: Any) -> Optional[TrainingRun]:
     """The run's ``TrainingRun`` (None for a run that does not use the plugin), checked against its data;
@@ -661,43 +386,8 @@ def start_run(trainer: Any) -> Optional[TrainingRun]:
     setattr(trainer, _RUN_ATTRIBUTE, run)
     return run
 
-
 def run_of(trainer: Any) -> Optional[TrainingRun]:
     return getattr(trainer, _RUN_ATTRIBUTE) if hasattr(trainer, _RUN_ATTRIBUTE) else start_run(trainer)
-
-
-def _resumed_folder(trainer: Any) -> Optional[str]:
-    if trainer.global_steps <= 0:
-        return None
-    config = trainer.config.trainer
-    if config.resume_mode == "resume_path":
-        folder = config.resume_from_path
-    else:
-        folder = os.path.join(config.default_local_dir, f"global_step_{trainer.global_steps}")
-    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
-
-
-def wrap_load_checkpoint(original: Callable) -> Callable:
-    def _load_checkpoint(self, *args, **kwargs):
-        run = run_of(self)
-        result = original(self, *args, **kwargs)
-        folder = _resumed_folder(self)
-        if run is not None and folder is not None:
-            restore_run_state(run, folder)
-        return result
-
-    return _load_checkpoint
-
-
-def wrap_save_checkpoint(original: Callable) -> Callable:
-    def _save_checkpoint(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        run = run_of(self)
-        if run is not None and run.state is not None:
-            save_state(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"), run.state_dict())
-        return result
-
-    return _save_checkpoint
 
 
 _NOT_IN_WORKERS = "the edge_verl plugin did not run in the actor workers (check VERL_USE_EXTERNAL_PLUGINS and `edge-verl doctor`)."
@@ -718,42 +408,203 @@ def check_loss_hook_ran(run: Optional[TrainingRun], metric_keys: Iterable[str]) 
             raise RuntimeError(f"{option} but the actor update reported no {shown} metric: {_NOT_IN_WORKERS}")
 
 
-def save_state(checkpoint_dir: str, state: dict) -> str:
-    """Write ``state`` atomically into ``checkpoint_dir``; returns the file's path."""
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    path = os.path.join(checkpoint_dir, STATE_FILE)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as handle:
-        json.dump(state, handle, indent=2)
-    os.replace(temporary, path)
-    return path
+# --- the advantage step ---------------------------------------------------------------------------------------
 
 
-def read_state(checkpoint_dir: str) -> Optional[dict]:
-    path = os.path.join(checkpoint_dir, STATE_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as handle:
-        return json.load(handle)
+@dataclass
+class AdvantageStep:
+    """Inputs handed to the estimator for one advantage computation, and what it hands back.
 
-
-def restore_run_state(run: TrainingRun, checkpoint_dir: str) -> None:
-    """Restore the estimator's training state saved in ``checkpoint_dir`` into ``run`` (nothing to do for an
-    estimator without state).
-
-    A checkpoint without the state is an error unless the estimator's options accept it
-    (``EstimatorOptions.resume_without_state``: ``gepo.resume_without_state``), in which case the state starts
-    afresh from the next batch.
+    inputs: per-token tensors (B, T) under the plugin's names: "entropy" (old policy's token entropy),
+    "old_log_probs". metrics: the step's metrics, already prefixed for verl's logger. loss_columns:
+    per-token tensors (B, T) the estimator wants next to ``advantages`` in the actor's batch (EDA's
+    gradient form, ``names.EDA_*_COLUMN``), 0 off the response tokens; loss_options: batch-level values
+    for the actor loss (``names.EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
+    sources: the responses' ``data_source`` (B,), when the run logs per-source statistics and the adapter's
+    batch carries them; per_response: per-response (B,) values an estimator hands to those statistics
+    (GEPO: ``estimators.base.per_source_statistics``'s ``gepo`` fields).
     """
-    if run.state is None:
-        return
-    entry = run.entry
-    saved = (read_state(checkpoint_dir) or {}).get(entry.state_key)
-    if saved is None:
-        if run.options.resume_without_state:
-            return
+
+    run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    sources: Optional[Any] = None
+    per_response: dict[str, torch.Tensor] = field(default_factory=dict)
+    _groupings: dict[int, tuple[Any, tuple]] = field(default_factory=dict, repr=False)
+
+    def grouping(self, uids: Any) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``group_index_from_uids(uids)``, computed once per uid array in this step: the estimator and the
+        step's advantage statistics share it (verl hands both the same ``uid`` array)."""
+        cached = self._groupings.get(id(uids))
+        if cached is None or cached[0] is not uids:
+            cached = self._groupings[id(uids)] = (uids, group_index_from_uids(uids))
+        return cached[1]
+
+
+_CURRENT_RUN: ContextVar[Optional[TrainingRun]] = ContextVar("edge_verl_run", default=None)
+_CURRENT_STEP: ContextVar[Optional[AdvantageStep]] = ContextVar("edge_verl_step", default=None)
+
+
+def current_run() -> Optional[TrainingRun]:
+    return _CURRENT_RUN.get()
+
+def current_step() -> Optional[AdvantageStep]:
+    return _CURRENT_STEP.get()
+
+@contextlib.contextmanager
+def active_run(run: TrainingRun) -> Iterator[TrainingRun]:
+    """Make ``run`` the current training run for the block (the legacy trainer's ``fit``)."""
+    token = _CURRENT_RUN.set(run)
+    try:
+        yield run
+    finally:
+        _CURRENT_RUN.reset(token)
+
+@contextlib.contextmanager
+def advantage_step(run: Optional[TrainingRun], **inputs: Optional[torch.Tensor]) -> Iterator[AdvantageStep]:
+    """One advantage computation of ``run``: hand ``inputs`` (None values are skipped) to the estimator."""
+    if _CURRENT_STEP.get() is not None:
+        raise RuntimeError("an advantage step is already open: each trainer adapter opens exactly one per step")
+    step = AdvantageStep(run=run, inputs={key: value for key, value in inputs.items() if value is not None})
+    token = _CURRENT_STEP.set(step)
+    try:
+        yield step
+    finally:
+        _CURRENT_STEP.reset(token)
+
+def prefixed(metrics: Mapping[str, float], *scope: str) -> dict[str, float]:
+    """``{"x": 1}`` -> ``{"edge_verl/<scope>/x": 1}`` (verl's logger groups by the prefix)."""
+    prefix = "/".join((names.METRIC_PREFIX, *scope))
+    return {f"{prefix}/{key}": value for key, value in metrics.items()}
+
+
+# --- the estimator adapter: what verl's registry calls for every estimator of the registry -------------------
+
+
+_HINT = (
+    "Run verl through the edge_verl plugin (edge-verl doctor), inside one of verl's trainers, and keep "
+    "algorithm.rollout_correction.bypass_mode=False."
+)
+
+
+def _token_input(name: str, step: Optional[AdvantageStep], batch: Optional[Mapping], estimator: str, shape) -> torch.Tensor:
+    """Input ``name`` (B, T) from ``batch`` (verl's names) or the open step; errors say what to change."""
+    tensor = None
+    if batch is not None:
+        tensor = next((batch[key] for key, ours in VERL_BATCH_KEYS.items() if ours == name and key in batch.keys()), None)
+    if tensor is None and step is not None:
+        tensor = step.inputs.get(name)
+    if tensor is None:
+        raise KeyError(f"algorithm.adv_estimator={estimator} needs {TOKEN_INPUTS[name].description}, which this batch does not carry. {_HINT}")
+    if tensor.shape != shape:
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}, response_mask {tuple(shape)}")
+    return tensor
+
+
+def _context(entry: Estimator, config: Any) -> tuple[Optional[AdvantageStep], Optional[TrainingRun], Any, bool]:
+    """The open step, the current run, the entry's options and ``norm_adv_by_std_in_grpo``, all parsed once
+    per run; outside a run, parsed from ``config``."""
+    step = current_step()
+    run = step.run if step is not None else current_run()
+    if run is not None and run.estimator == entry.name:
+        return step, run, run.options, run.norm_adv_by_std
+    return step, None, estimator_options(config, entry.name), norm_adv_by_std(config)
+
+
+class _Batch:
+    """The common unpacking: uid groups (shared with the step's other metrics) and outcome scores on the
+    rewards' device."""
+
+    def __init__(self, estimator: str, token_level_rewards: torch.Tensor, index: Any, step: Optional[AdvantageStep]):
+        if index is None:
+            raise KeyError(f"algorithm.adv_estimator={estimator} needs uid groups (index); verl passes them when the batch has 'uid'.")
+        group_index, self.num_groups, is_pad = step.grouping(index) if step is not None else group_index_from_uids(index)
+        device = token_level_rewards.device
+        self.group_index = group_index.to(device)
+        self.valid = ~is_pad.to(device)
+        self.scores = token_level_rewards.sum(dim=-1).to(torch.float32)
+
+
+def _state(entry: Estimator, run: Optional[TrainingRun]) -> Any:
+    """The entry's training state, which belongs to a training run (None for an estimator without one)."""
+    if entry.state is None:
+        return None
+    if run is None or run.state is None:
         raise RuntimeError(
-            f"Resuming {entry.name} from {checkpoint_dir}, which holds no {entry.state_key} ({STATE_FILE}). Set "
-            f"algorithm.{entry.name}.resume_without_state=true to restart them from the next batch."
+            f"algorithm.adv_estimator={entry.name} keeps training state across steps, which belongs to a training "
+            "run: verl's trainers provide one through the edge_verl plugin; elsewhere call the estimator inside "
+            "`with edge_verl.integration.run.active_run(TrainingRun.from_config(config.algorithm))`."
         )
-    run.state.load_state_dict(saved)
+    return run.state
+
+
+def verl_estimator(entry: Estimator) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The function verl's registry calls for ``entry``: unpack verl's arguments and the open step into a
+    ``GroupBatch``, call the entry's ONE function, hand its metrics, loss columns and per-response values to
+    the step, and return verl's (advantages, returns)."""
+
+    def compute_advantage(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Any = None,
+        config: Any = None,
+        batch: Optional[Mapping] = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        step, run, options, norm_by_std = _context(entry, config)
+        state = _state(entry, run)
+        device = token_level_rewards.device
+        tokens = {name: _token_input(name, step, batch, entry.name, response_mask.shape).to(device) for name in entry.inputs(options)}
+        data = _Batch(entry.name, token_level_rewards, index, step)
+        group_batch = GroupBatch(
+            scores=data.scores, response_mask=response_mask, group_index=data.group_index, num_groups=data.num_groups,
+            valid=data.valid, tokens=tokens, norm_by_std=norm_by_std,
+        )
+        output = entry.compute(group_batch, options, state)
+        if step is not None:
+            step.metrics.update(prefixed(output.metrics, entry.name))
+            step.loss_columns.update(output.loss_columns)
+            step.loss_options.update(output.loss_options)
+            if run is not None and run.per_source:
+                step.per_response.update(output.per_response)
+        advantages = output.advantages.to(token_level_rewards.dtype)
+        return advantages, advantages
+
+    compute_advantage.__name__ = compute_advantage.__qualname__ = f"compute_{entry.name}_advantage"
+    compute_advantage.__doc__ = f"verl estimator ``{entry.name}``: {entry.description} (edge_verl.integration.run)."
+    return compute_advantage
+
+
+_ADAPTERS: dict[str, Callable] = {}
+
+
+def adapter_of(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The one verl function of the table's entry ``name`` (built once, so registration is idempotent)."""
+    function = _ADAPTERS.get(name)
+    if function is None:
+        function = _ADAPTERS[name] = verl_estimator(ESTIMATORS[name])
+    return function
+
+
+def register_estimators(core_algos_module: Any) -> None:
+    """Register every estimator of the table in verl's registry (idempotent): verl's import of
+    ``core_algos`` calls it, so an entry added before (by a module in ``EDGE_VERL_FEATURE_MODULES``, which
+    the plugin imports first, ``integration/plugin.py``) is registered with the paper's two.
+
+    Decided by feature, not by version: a verl that ships its own estimator under one of these names (the
+    upstream series in upstream/verl/) keeps it, and importing verl must not fail over the name; the
+    plugin's one is then not registered, and a warning says so.
+    """
+    for name in ESTIMATORS:
+        function = adapter_of(name)
+        present = core_algos_module.ADV_ESTIMATOR_REGISTRY.get(name)  # in VERL_INTERNALS
+        if present is not None and present is not function:
+            warnings.warn(
+                f"verl already registers the advantage estimator {name!r} ({getattr(present, '__module__', present)}); "
+                "edge_verl's is not registered and verl's own is used.",
+                stacklevel=2,
+            )
+            continue
+        core_algos_module.register_adv_est(name)(function)

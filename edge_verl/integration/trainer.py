@@ -1,40 +1,73 @@
-"""The adapter of verl 0.9.1's v1 trainer (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``), and what both
-trainers' adapters compute at the advantage step; the legacy trainer's adapter is ``legacy_trainer.py``.
+"""verl's PPO step on the plugin's side, in the trainer and in the actor workers: the adapter of verl 0.9.1's v1
+trainer (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``), what both trainers' adapters compute at the advantage
+step (the legacy trainer's adapter is ``legacy_trainer.py``), and the hook in the actor's loss that the update
+those adapters start runs in every worker.
 
-verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA also needs
-the old policy's per-token entropy and GEPO the old log-probs, and both report metrics verl does not ask
-for. The adapter gathers those inputs once, opens the step's ``AdvantageStep`` (``run.py``) around verl's
-own advantage code, and hands the step's metrics and loss columns back to verl as values:
+**The trainer.** verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA
+also needs the old policy's per-token entropy and GEPO the old log-probs, and both report metrics verl does not
+ask for. The adapter gathers those inputs once, opens the step's ``AdvantageStep`` (``run.py``) around verl's own
+advantage code, and hands the step's metrics and loss columns back to verl as values:
 
 - ``_compute_advantage(batch, metrics)`` fetches the entropy from the TransferQueue when the estimator needs
   it, opens the step, and puts the metrics into verl's ``metrics`` and the loss columns (the estimator's, and
   GEC's token origins, ``gec_advantage_outputs``) into the TransferQueue; inside it,
   ``v1.utils.compute_advantage`` adds the batch's ``old_log_probs`` and the advantage statistics;
 - ``_compute_metrics``: GEC's and the grader's metrics from the rollout's ``extra_fields``;
-- ``_load_checkpoint`` creates the run's ``TrainingRun`` (before the first rollout) and restores the
-  estimator's state on resume, ``_save_checkpoint`` saves it (``run.py``), ``_update_actor`` stops a run whose
-  actor-loss hook (``actor_loss.py``) did not run and finishes GEC's per-origin actor metrics.
+- ``_update_actor`` stops a run whose actor-loss hook (below) did not run and finishes GEC's per-origin actor
+  metrics (``_load_checkpoint`` / ``_save_checkpoint``: ``checkpoint.py``).
 Every wrapper is gated on the run using the plugin (``run.plugin_in_use``): a plain verl run has no
 ``TrainingRun``, and each wrapper then calls verl's function and returns its result untouched (no extra
 TransferQueue call, no extra column, metric or file). Every patched attribute is in ``internals.CORE``;
 ``plugin.py`` says which verl module's import installs which adapter.
+
+**The actor's loss** (``verl.workers.utils.losses``): an estimator's ``LossScale`` (EDA's gradient form) and GEC's
+injected tokens.
+
+In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
+``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
+columns the batch carries (written at the advantage step by the plugin), so any other batch goes through
+verl's loss untouched:
+
+An estimator with a ``LossScale`` whose columns the micro-batch carries (EDA's gradient form, explained in
+``estimators/edge_eda.py``): per micro-batch, the entry's factor (B,) from those columns and the current policy's
+entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``); verl's own policy loss
+(whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then receives the
+advantages times that factor. Diagnostics: ``actor/<estimator>/entropy_grad_share`` (of the loss gradient
+with respect to the policy's outputs, the share that reaches them through the entropy,
+``eda.entropy_gradient_share``: one ``autograd.grad`` over the loss's elementwise ops, no second backward
+through the model) and ``actor/<estimator>/loss_scale_mean`` (the mean factor over scaled rows).
+
+GEC (``algorithm.edge_gec.enable=True``): the trainer adapter writes each response token's origin
+(``names.GEC_ORIGIN_COLUMN``, ``gec.ORIGINS``) and, batch-level, how the loss treats
+GEC's injected tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft,
+``sft_coef``, and ``injected_share``, the step's injected tokens over its response tokens, which turns the
+mini-batch's token count into its injected-token count for the SFT term's token mean). The surrogate then
+receives the advantages and log-probs of ``gec.treat_injected`` (with masked / sft
+in EDA's gradient form, the injected tokens' entropy also enters P_i(theta) as a constant), the SFT term is
+added to verl's loss, and the per-origin sums (``gec.origin_sums``) go into the metrics under
+``actor/gec/<origin>/...``; the trainer adapters turn them into shares and means once verl has reduced
+them (``gec.finish_origin_metrics``).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
 from edge_verl import names
-from edge_verl.algorithms import gec
-from edge_verl.estimators.base import batch_token_inputs
-from edge_verl.integration import seeding
-from edge_verl.integration.internals import CORE
-from edge_verl.integration.run import (
-    TrainingRun, advantage_step, check_loss_hook_ran, current_step, prefixed, run_of, wrap_load_checkpoint, wrap_save_checkpoint,
+from edge_verl.algorithms import gec as gec_math
+from edge_verl.estimators.base import (
+    ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator, batch_token_inputs, entropy_gradient_share, loss_gradients,
 )
+from edge_verl.integration.checkpoint import wrap_load_checkpoint, wrap_save_checkpoint
+from edge_verl.integration.internals import CORE, LOG_RATIO_CLAMP, POLICY_LOSS_KEYWORDS
+from edge_verl.integration.run import TrainingRun, advantage_step, check_loss_hook_ran, current_step, prefixed, run_of
 
 
 # --- what both trainers' adapters compute: advantage statistics, GEC's and the grader's metrics -------------------
@@ -111,9 +144,9 @@ def gec_advantage_outputs(
     """GEC at the advantage step (any estimator): ``gec.advantage_step_outputs`` of the rows' records
     (``infos`` (B,): each row's ``extra_fields["edge_verl_gec"]``, None where GEC did not run; ``scores`` (B,)
     final rewards; ``entropy`` (B, T) the old policy's) into the step: each response token's origin and the
-    injected tokens' treatment as loss column and options (``integration/actor_loss.py``), the statistics as
+    injected tokens' treatment as loss column and options (the actor's loss, below), the statistics as
     sampled and as trained as ``edge_verl/gec/sampled/*`` and ``edge_verl/gec/final/*``."""
-    outputs = gec.advantage_step_outputs(
+    outputs = gec_math.advantage_step_outputs(
         infos, response_mask, advantages, scores, step.grouping(uids),
         norm_by_std=run.norm_adv_by_std, epsilon=run.std_epsilon, entropy=entropy,
     )
@@ -129,14 +162,14 @@ def gec_advantage_outputs(
 def finish_gec_actor_metrics(metrics: dict) -> None:
     """The actor update's per-origin sums (``actor/gec/<origin>/_*``, reduced by verl) replaced in place by
     the shares and means they give (``gec.finish_origin_metrics``)."""
-    finished = gec.finish_origin_metrics(metrics, names.GEC_ACTOR_SCOPE)
-    for key in gec.raw_keys(metrics, names.GEC_ACTOR_SCOPE):
+    finished = gec_math.finish_origin_metrics(metrics, names.GEC_ACTOR_SCOPE)
+    for key in gec_math.raw_keys(metrics, names.GEC_ACTOR_SCOPE):
         metrics.pop(key)
     metrics.update(finished)
 
 
 def gec_metrics(infos, final_scores, uids, response_mask, old_log_probs) -> dict[str, float]:
-    return prefixed(gec.summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs))
+    return prefixed(gec_math.summarize_corrections(infos, final_scores, uids, response_mask, old_log_probs))
 
 
 def grader_metrics(outcomes: Iterable) -> dict[str, float]:
@@ -250,10 +283,258 @@ class V1Adapter:
             ("PPOTrainer._update_actor", cls.update_actor),
             ("PPOTrainer._load_checkpoint", wrap_load_checkpoint),
             ("PPOTrainer._save_checkpoint", wrap_save_checkpoint),
-            ("PPOTrainer._build_replay_buffer", seeding.wrap_build_replay_buffer),
         ):
             CORE.wrap(module, path, make)
 
     @classmethod
     def install_utils(cls, module: Any) -> None:
         CORE.wrap(module, "compute_advantage", cls.utils_compute_advantage)
+
+
+# === the actor's loss (in every actor worker) ==================================================================
+
+# The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
+# when imported before ``losses`` finished (each has its entry in ``internals.CORE``).
+_PPO_LOSS_IMPORTERS = ("verl.workers.engine_workers", "verl.trainer.distillation.losses")
+
+
+@dataclass
+class _LossScale:
+    """An estimator's factor for the policy loss of one micro-batch (its ``estimators.LossScale``), and the
+    tensors its diagnostics need; ``scope``: the estimator's name, its metrics' scope."""
+
+    scope: str
+    scale: torch.Tensor  # (B, T) s_i on each row's tokens
+    entropy: torch.Tensor  # (B, T) the current entropy the scale was computed from (with gradient)
+    active: torch.Tensor  # (B,) rows whose advantage follows the entropy
+    metrics: dict[str, float]
+
+
+@dataclass
+class _GecTokens:
+    """GEC's per-token origins in one micro-batch and how the loss treats the injected ones."""
+
+    origins: torch.Tensor  # (B, T) int64 codes of gec.ORIGINS
+    injected_loss: str
+    sft_coef: float
+    injected_share: float  # the step's injected tokens / its response tokens
+    sums: dict[str, float] = field(default_factory=dict)  # gec_math.origin_sums (+ the SFT term's NLL sum)
+    sft_term: Optional[torch.Tensor] = None  # added to verl's loss after the surrogate
+
+
+@dataclass
+class _MicroBatch:
+    """What the hook set up for one micro-batch: an estimator's loss scale (EDA's gradient form), GEC's tokens, or both."""
+
+    scaled: Optional[_LossScale] = None
+    gec: Optional[_GecTokens] = None
+
+
+_CURRENT: ContextVar[Optional[_MicroBatch]] = ContextVar("edge_verl_actor_loss", default=None)
+
+
+def _scaling_estimator(keys: Any) -> Optional[Estimator]:
+    """The estimator whose ``LossScale`` columns the micro-batch carries (at most one runs per step)."""
+    return next((entry for entry in ESTIMATORS.values() if entry.loss is not None and entry.loss.columns[0] in keys), None)
+
+
+def is_active(data: Any) -> bool:
+    """The micro-batch asks the hook for something: an estimator's loss scale or GEC's token treatment."""
+    keys = data.keys()
+    return _scaling_estimator(keys) is not None or names.GEC_ORIGIN_COLUMN in keys
+
+
+def _options(data: Any, key: str, column: str, writer: str) -> dict:
+    from verl.utils import tensordict_utils as tu
+
+    options = tu.get_non_tensor_data(data=data, key=key, default=None)
+    if options is None:
+        raise RuntimeError(
+            f"The batch carries {column} but not {key}: {writer} writes both; was the batch built by another "
+            "version of edge_verl?"
+        )
+    return dict(options)
+
+
+def _loss_scale(entry: Estimator, model_output: Any, data: Any, gec: Optional["_GecTokens"]) -> _LossScale:
+    """The estimator's factor from the current entropy (``entry.loss.factor``); with GEC's masked / sft
+    control, the injected tokens' entropy enters it as a constant (its value kept, its gradient stopped), so
+    that no gradient reaches them through the entropy path either."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    loss = entry.loss
+    entropy = model_output.get("entropy", None)
+    if entropy is None:
+        raise RuntimeError(
+            f"The {entry.name} estimator's loss scale needs the current policy's entropy in the actor loss: "
+            "set actor_rollout_ref.actor.calculate_entropy=True."
+        )
+    entropy = no_padding_2_padding(entropy, data)
+    columns = data.select("response_mask", *loss.columns).to_padded_tensor()
+    if gec is not None and gec.injected_loss != "surrogate":
+        injected = gec_math.not_sampled(gec.origins.to(entropy.device))
+        entropy = torch.where(injected, entropy.detach(), entropy)
+    options = _options(data, loss.options_key, loss.columns[0], f"the {entry.name} estimator")
+    factor, active = loss.factor(dict(columns.items()), options, entropy)
+    mask = columns["response_mask"].to(factor.dtype)
+    return _LossScale(entry.name, factor[:, None] * mask, entropy, active, {})
+
+
+def _gec_tokens(data: Any) -> _GecTokens:
+    columns = data.select(names.GEC_ORIGIN_COLUMN).to_padded_tensor()
+    options = _options(data, names.GEC_LOSS_OPTIONS_KEY, names.GEC_ORIGIN_COLUMN, "the plugin's GEC advantage step")
+    return _GecTokens(
+        origins=columns[names.GEC_ORIGIN_COLUMN].round().to(torch.int64),
+        injected_loss=str(options["injected_loss"]),
+        sft_coef=float(options["sft_coef"]),
+        injected_share=float(options["injected_share"]),
+    )
+
+
+def _make_ppo_loss(original: Callable) -> Callable:
+    def ppo_loss(config, model_output, data, dp_group=None):
+        if not is_active(data):
+            return original(config, model_output, data, dp_group)
+        from verl.utils.metric import AggregationType, Metric
+
+        keys = data.keys()
+        gec = _gec_tokens(data) if names.GEC_ORIGIN_COLUMN in keys else None
+        scaling = _scaling_estimator(keys)
+        scaled = _loss_scale(scaling, model_output, data, gec) if scaling is not None else None
+        state = _MicroBatch(scaled=scaled, gec=gec)
+        token = _CURRENT.set(state)
+        try:
+            loss, metrics = original(config, model_output, data, dp_group)
+        finally:
+            _CURRENT.reset(token)
+        if state.scaled is not None:
+            for key, value in state.scaled.metrics.items():
+                metrics[f"{state.scaled.scope}/{key}"] = Metric(value=value, aggregation=AggregationType.MEAN)
+        if state.gec is not None:
+            if state.gec.sft_term is not None:
+                loss = loss + state.gec.sft_term
+            for key, value in state.gec.sums.items():  # verl's trainer prefixes them with names.ACTOR_METRIC_PREFIX
+                aggregation = AggregationType.MAX if key.endswith(gec_math.RAW_MAX) else AggregationType.MEAN
+                metrics[f"{names.GEC_LOSS_SCOPE}/{key}"] = Metric(value=value, aggregation=aggregation)
+        return loss, metrics
+
+    return ppo_loss
+
+
+@dataclass(frozen=True)
+class VanillaClip:
+    """verl's vanilla PPO clipping (``compute_policy_loss_vanilla``): the ratio range [1 - low, 1 + high]
+    and, for negative advantages, the dual clip's bound ``ratio_c`` (verl's ``clip_ratio_c``)."""
+
+    low: float
+    high: float
+    ratio_c: float
+
+
+def _vanilla_clip(config: Any) -> VanillaClip:
+    """verl's vanilla PPO clipping from the actor config (``compute_policy_loss_vanilla``): clip_ratio_low /
+    _high, else clip_ratio; the dual clip's clip_ratio_c."""
+    clip = config.clip_ratio
+    low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
+    return VanillaClip(float(clip if low is None else low), float(clip if high is None else high), float(config.clip_ratio_c))
+
+
+def vanilla_clipped(ratio: torch.Tensor, advantages: torch.Tensor, clip: VanillaClip) -> torch.Tensor:
+    """(B, T) bool: the tokens whose gradient verl's vanilla PPO loss clips away, by verl's own comparisons:
+    the clipped term wins (its ``pg_clipfrac``: A > 0 and ratio > 1 + high, or A < 0 and ratio < 1 - low) or,
+    for A < 0, the dual clip's bound -A * ratio_c caps the loss (its ``pg_clipfrac_lower``: ratio > ratio_c).
+    The two sets are disjoint, so a batch's fraction is the sum of verl's two fractions."""
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip.low, 1 + clip.high)
+    surrogate = torch.maximum(unclipped, clipped)
+    return (clipped > unclipped) | ((advantages < 0) & (surrogate > -advantages * clip.ratio_c))
+
+
+def origin_sums(
+    origins: torch.Tensor,
+    response_mask: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: Optional[VanillaClip],
+    grad: Optional[torch.Tensor] = None,
+) -> dict[str, float]:
+    """GEC's per-origin sums of one micro-batch (``gec.origin_sums``) with verl's ratio (the log-ratio clamped to
+    ``LOG_RATIO_CLAMP`` before exp, as verl's loss) and, with verl's vanilla clipping (``clip``; None for any other
+    loss mode), the tokens it clips."""
+    with torch.no_grad():
+        log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        ratio = log_ratio.exp()
+        clipped = vanilla_clipped(ratio, advantages.detach().float(), clip) if clip is not None else None
+    return gec_math.origin_sums(origins, response_mask, old_log_prob, ratio, clipped, grad)
+
+
+def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor, config: Any) -> torch.Tensor:
+    """sft_coef x the token-mean NLL of the injected tokens, normalised like verl's token-mean loss: the
+    mini-batch's (global) token count times the step's injected share (exact with one mini-batch)."""
+    info = getattr(config, "global_batch_info", {}) or {}
+    batch_tokens = info.get("batch_num_tokens")
+    num_tokens = None if batch_tokens is None else float(batch_tokens) * tokens.injected_share
+    nll = gec_math.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
+    return tokens.sft_coef * nll
+
+
+def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: str) -> Callable:
+    @functools.wraps(policy_loss_fn)
+    def policy_loss(*args, **kwargs):
+        if args or any(keyword not in kwargs for keyword in POLICY_LOSS_KEYWORDS):
+            raise RuntimeError(
+                f"edge_verl's loss hook expects verl's ppo_loss to call the policy loss with the keywords {POLICY_LOSS_KEYWORDS}"
+            )
+        advantages, log_prob = kwargs["advantages"], kwargs["log_prob"]
+        scaled, gec = state.scaled, state.gec
+        if scaled is not None:
+            if advantages.shape != scaled.scale.shape:
+                raise RuntimeError(f"advantages {tuple(advantages.shape)} and the {scaled.scope} loss scale {tuple(scaled.scale.shape)} differ")
+            advantages = advantages * scaled.scale.to(advantages.dtype)
+        injected = None
+        if gec is not None:
+            if gec.origins.shape != advantages.shape:
+                raise RuntimeError(f"advantages {tuple(advantages.shape)} and GEC's origins {tuple(gec.origins.shape)} differ")
+            injected = gec_math.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
+            kwargs["log_prob"], advantages = gec_math.treat_injected(log_prob, advantages, injected, gec.injected_loss)
+        kwargs["advantages"] = advantages
+        loss, metrics = policy_loss_fn(**kwargs)
+        grads = loss_gradients(loss, log_prob, scaled.entropy if scaled is not None else None)
+        if scaled is not None:
+            if grads is not None:
+                scaled.metrics[GRADIENT_SHARE_METRIC] = entropy_gradient_share(*grads)
+            active = scaled.active
+            scaled.metrics[LOSS_SCALE_METRIC] = float(scaled.scale.detach().amax(dim=-1)[active].mean()) if bool(active.any()) else 1.0
+        if gec is not None:
+            clip = _vanilla_clip(kwargs["config"]) if loss_mode == names.VANILLA_POLICY_LOSS else None
+            grad = None if grads is None else grads[0] if grads[0] is not None else torch.zeros_like(log_prob)
+            gec.sums = origin_sums(gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, clip, grad)
+            if gec.injected_loss == "sft":
+                gec.sft_term = _sft_term(gec, log_prob, injected, kwargs["config"])
+                gec.sums[gec_math.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
+        return loss, metrics
+
+    return policy_loss
+
+
+def _make_get_policy_loss_fn(original: Callable) -> Callable:
+    def get_policy_loss_fn(name, *args, **kwargs):
+        # verl's own function, except inside a micro-batch the hook set up (EDA's scale, GEC's tokens);
+        # ``name`` is the loss mode verl runs (``policy_loss.loss_mode``)
+        policy_loss_fn = original(name, *args, **kwargs)
+        state = _CURRENT.get()
+        return policy_loss_fn if state is None else _make_policy_loss(policy_loss_fn, state, str(name))
+
+    return get_policy_loss_fn
+
+
+def patch_losses(module: Any) -> None:
+    """Wrap ``ppo_loss`` and the policy-loss lookup it uses; rebind importers that already hold the original."""
+    original = getattr(module.ppo_loss, "__wrapped__", module.ppo_loss)
+    CORE.wrap(module, "ppo_loss", _make_ppo_loss)
+    CORE.wrap(module, "get_policy_loss_fn", _make_get_policy_loss_fn)
+    for name in _PPO_LOSS_IMPORTERS:
+        importer = sys.modules.get(name)
+        if importer is not None and getattr(importer, "ppo_loss", None) is original:
+            CORE.wrap(importer, "ppo_loss", _make_ppo_loss)

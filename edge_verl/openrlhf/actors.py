@@ -118,7 +118,7 @@ class EdgeTrainer:
             state.load_state_dict(states[key])
             print(f"edge_verl: {label} restored at global_step {states.get('global_step')}: "
                   f"{json.dumps(state.state_dict(), sort_keys=True)}", flush=True)
-        elif states.get("global_step", 0) > 0 and not options.estimator(entry.name).resume_without_state:
+        elif states.get("global_step", 0) > 0 and not entry.resume_without_state(options.estimator(entry.name)):
             raise ValueError(
                 f"Resuming a {entry.name} run at global_step {states['global_step']} from a checkpoint without the "
                 f"{label} ({key!r} in client_states): it was not saved by edge_verl's launcher. Set "

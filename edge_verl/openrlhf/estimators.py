@@ -45,7 +45,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from edge_verl.estimators.base import ESTIMATORS, Estimator, GroupBatch, masked_response_mean
-from edge_verl.openrlhf.options import OpenRlhfOptions, run_options
+from edge_verl.openrlhf.options import OpenRlhfOptions
 
 ENTROPY_METHOD = "edge_verl_token_entropy"
 STATE_PREFIX = "edge_verl_"  # an estimator's state: client_states[STATE_PREFIX + state_key], and the maker's attribute
@@ -84,7 +84,7 @@ def check_run_args(args: Any, options: OpenRlhfOptions) -> None:
         )
     why = entry.loss_entropy(options.estimator(estimator))
     if why is not None:
-        option = options.estimator(estimator).loss_option.removeprefix("algorithm.")
+        option = entry.loss_option(options.estimator(estimator)).removeprefix("algorithm.")
         raise ValueError(
             f"{option} needs the current policy's entropy inside the actor loss, which OpenRLHF has no hook for; "
             "switch it off (the detached form, entropy of the old policy)."

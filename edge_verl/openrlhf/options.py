@@ -123,7 +123,7 @@ class OpenRlhfGec:
     def from_mapping(cls, values: Mapping[str, Any]) -> "OpenRlhfGec":
         values = dict(values or {})
         own = {"n_samples_per_prompt", "rollout_temperature"}
-        _check_keys("gec", values, own | {f.name for f in fields(GecConfig)} - {"enable"})
+        _check_keys("gec", values, own | set(GecConfig.model_fields) - {"enable"})
         n, temperature = values.pop("n_samples_per_prompt", None), values.pop("rollout_temperature", None)
         return cls(GecConfig.from_mapping({**values, "enable": True}), n, temperature)
 

@@ -155,7 +155,7 @@ COLUMNS = (
            gec="edge_verl/gec/injected_token_frac"),
     Column("entropy_grad_share", "EDA entropy-term grad share",
            "EDA's gradient form: of the loss gradient with respect to the policy's outputs, the share that reaches them "
-           "through the entropy term (|dL/dH| / (|dL/dlogp| + |dL/dH|), edge_verl/integration/actor_loss.py); 0 by "
+           "through the entropy term (|dL/dH| / (|dL/dlogp| + |dL/dH|), edge_verl/integration/trainer.py); 0 by "
            "construction in every other row, whose loss has no such term",
            "actor/edge_eda/entropy_grad_share", eda_form="gradient"),
 )

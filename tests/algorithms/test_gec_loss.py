@@ -7,17 +7,15 @@ import torch
 
 from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, token_origins
 from edge_verl.algorithms.gec import (
-    VanillaClip,
     advantage_step_outputs,
     finish_origin_metrics,
     injected_nll,
     not_sampled,
-    origin_sums,
     raw_keys,
     treat_injected,
-    vanilla_clipped,
 )
 from edge_verl.estimators.base import as_sampled_statistics, group_index_from_uids
+from edge_verl.integration.trainer import VanillaClip, origin_sums, vanilla_clipped
 
 S, C, P, A, SOL = range(5)
 

@@ -8,33 +8,22 @@ response tokens; it reads the old log-probs (to exercise the inputs), keeps a ca
 (saved with every checkpoint) and reports the counter and the mean old log-prob.
 """
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import ClassVar
 
 import torch
 
+from edge_verl.config import option
 from edge_verl.estimators.base import Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, register_estimator
 
 NAME = "toy_sign"
 
 
-@dataclass(frozen=True)
 class ToyConfig(EstimatorOptions):
-    """The toy's options (``algorithm.toy_sign``).
+    """The toy's options (``algorithm.toy_sign``)."""
 
-    scale: the magnitude of every advantage (the sign of reward minus the group mean, times this).
-    """
-
-    scale: float = 1.0
-    token_inputs = ("old_log_probs",)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.scale, (int, float)) or self.scale <= 0:
-            raise ValueError(f"{NAME}.scale={self.scale!r} must be a positive number")
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any]) -> "ToyConfig":
-        return cls(**dict(mapping))
+    section: ClassVar[str] = NAME
+    token_inputs: ClassVar[tuple[str, ...]] = ("old_log_probs",)  # to exercise the inputs
+    scale: float = option(1.0, gt=0.0, description="the magnitude of every advantage (the sign of reward minus the group mean, times it).")
 
 
 class Calls:

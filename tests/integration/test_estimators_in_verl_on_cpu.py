@@ -11,7 +11,7 @@ from verl.trainer.ppo.v1 import utils as v1_utils
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
 from edge_verl.estimators.base import group_index_from_uids
-from edge_verl.integration import estimator_adapter
+from edge_verl.integration import run as estimator_adapter
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY
 from edge_verl.integration.run import TrainingRun, active_run
 

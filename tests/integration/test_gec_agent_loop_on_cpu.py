@@ -455,7 +455,7 @@ def test_the_placebo_pool_reads_every_training_file_in_order(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from edge_verl.integration.run import read_placebo_pool
+    from edge_verl.integration.preflight import read_placebo_pool
 
     first = _train_file(tmp_path / "first.parquet", [("q0", "2", "s0"), ("q1", " 3 ", "")])
     # a file without extra_info: the answer is the first ground truth, no solution; an empty one lends nothing
@@ -473,7 +473,7 @@ def test_a_placebo_run_without_usable_training_files_is_refused_at_setup(tmp_pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from edge_verl.integration.run import read_placebo_pool
+    from edge_verl.integration.preflight import read_placebo_pool
 
     one = _train_file(tmp_path / "one.parquet", [("q", "2", "s")])
     with pytest.raises(ValueError, match=r"hold 1 problem\(s\) with an answer .* at least 2 are needed"):

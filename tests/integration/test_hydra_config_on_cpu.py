@@ -1,7 +1,5 @@
 """The Hydra configs shipped in edge_verl/config compose on top of verl 0.9.1's and match the dataclasses."""
 
-import dataclasses
-
 import pytest
 
 from hydra import compose, initialize_config_module
@@ -32,10 +30,10 @@ def test_shipped_config_extends_verl_and_holds_paper_defaults(compose_config, na
     eda = OmegaConf.to_container(config.algorithm.edge_eda)
     assert GepoConfig.from_mapping(gepo) == GepoConfig()
     assert EdaConfig.from_mapping(eda) == EdaConfig()
-    assert set(gepo) == {field.name for field in dataclasses.fields(GepoConfig)}
+    assert set(gepo) == set(GepoConfig.model_fields)
     gec = OmegaConf.to_container(config.algorithm.edge_gec)
     assert GecConfig.from_mapping(gec) == GecConfig() and gec["enable"] is False
-    assert set(gec) == {field.name for field in dataclasses.fields(GecConfig)}
+    assert set(gec) == set(GecConfig.model_fields)
     extra = OmegaConf.to_container(config.algorithm.edge_metrics)
     assert MetricsConfig.from_mapping(extra) == MetricsConfig() and extra["advantage_stats"] is False
 

@@ -9,7 +9,7 @@ import pytest
 
 from edge_verl.data import make_row, write_parquet
 from edge_verl.cli import compose_verl_config, run_identity_of
-from edge_verl.integration.run import PreflightFailed, preflight, preflight_or_exit
+from edge_verl.integration.preflight import PreflightFailed, preflight, preflight_or_exit
 from edge_verl.run_identity import IDENTITY_FILE
 
 pytestmark = pytest.mark.verl

@@ -19,6 +19,7 @@ from edge_verl.algorithms.gec import decision_rng
 from edge_verl import names
 from edge_verl.estimators import edge_eda as estimators
 from edge_verl.integration import run as runs
+from edge_verl.integration.checkpoint import STATE_FILE, wrap_save_checkpoint
 from edge_verl.integration.gec_agent_loop import response_identity, sample_index
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
 from edge_verl.integration.run import TrainingRun, active_run, advantage_step
@@ -120,7 +121,7 @@ def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_pat
     metrics = {}
     assert adapter.compute_advantage(original)(trainer, _BATCH, metrics) is _BATCH
     adapter.compute_metrics(original)(trainer, _BATCH, metrics, {}, 1, 0)
-    runs.wrap_save_checkpoint(lambda self: None)(trainer)
+    wrap_save_checkpoint(lambda self: None)(trainer)
     assert runs.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
     assert tq.gets == tq.puts == [] and len(called) == 2 and metrics == {}
     assert list(tmp_path.iterdir()) == []
@@ -138,9 +139,9 @@ def test_gepo_with_pooled_log_probs_fetches_nothing_extra_and_saves_its_threshol
     tq = _TransferQueue()
     trainer = _trainer(_config("gepo", tmp_path=tmp_path))
     V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, _BATCH, {})
-    runs.wrap_save_checkpoint(lambda self: None)(trainer)
+    wrap_save_checkpoint(lambda self: None)(trainer)
     assert tq.gets == tq.puts == []
-    assert (tmp_path / "global_step_1" / runs.STATE_FILE).exists()
+    assert (tmp_path / "global_step_1" / STATE_FILE).exists()
 
 
 def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
