@@ -1,5 +1,5 @@
 """``edge-verl``: the plugin's commands ``doctor`` (installation self-check), ``preflight`` (the plugin's checks on
-verl's composed config, before Ray starts), ``options`` (docs/options.md, from edge_verl/config.py), ``cpu-overrides``, ``recipe`` (the recipes,
+verl's composed config, before Ray starts), ``options`` (docs/options.md, from the options classes), ``cpu-overrides``, ``recipe`` (the recipes,
 written from their definitions, edge_verl/recipes.py), ``method`` and ``method-overrides`` (the
 methods' definitions, edge_verl/methods.py, as the recipes read them) and ``run-identity`` (the recipes' guard
 against resuming another run's checkpoint); and the commands other installed packages add: the lab's ``demo``
@@ -86,7 +86,7 @@ def _parser(added: Optional[dict[str, metadata.EntryPoint]] = None, describe_add
     method_args.add_argument("--knobs", choices=KNOBS, default=None, help="a training setup: refused unless the method runs with it")
     commands.add_parser(
         "options", help="print docs/options.md: every algorithm.* option of the plugin, its type, default, allowed "
-        "values and description, from edge_verl/config.py",
+        "values and description, from the options classes' fields",
     )
     preflight = commands.add_parser(
         "preflight",
