@@ -118,12 +118,12 @@ METHODS: dict[str, Method] = {
         Method("forcer", "EDGE-GRPO baseline Force-R: GRPO, every wrong response regenerated", "grpo", gec=True,
                force_regenerate=True, knobs=_EDGE),
         Method("forcer_eda", "EDGE-GRPO ablation: Force-R and EDA", EDA_ESTIMATOR, gec=True, force_regenerate=True, knobs=_EDGE),
-        # The reviewers' controls of EDGE-GRPO (algorithm.edge_gec.*, edge_verl/config.py): EDGE with one switch
+        # The reviewers' controls of EDGE-GRPO (algorithm.edge_gec.*, GecConfig in edge_verl/algorithms/gec.py): EDGE with one switch
         Method("edge_masked", "EDGE-GRPO control: no policy gradient through GEC's injected tokens", EDA_ESTIMATOR,
                gec=True, options=("+algorithm.edge_gec.injected_loss=masked",), knobs=_EDGE),
         Method("edge_sft_injected", "EDGE-GRPO control: GEC's injected tokens trained by NLL, not the surrogate",
                EDA_ESTIMATOR, gec=True, options=("+algorithm.edge_gec.injected_loss=sft",), knobs=_EDGE),
-        # GEC's placebo (edge_gec.placebo_reward, edge_verl/config.py), and its graded form: the arm published as
+        # GEC's placebo (edge_gec.placebo_reward, edge_verl/algorithms/gec.py), and its graded form: the arm published as
         # edge_placebo before that option existed (docs/results)
         Method("edge_placebo", "EDGE-GRPO control: GEC injects another problem's (wrong) answer and solution, "
                "rewarded as the row's own would be: only the injected content differs from EDGE", EDA_ESTIMATOR, gec=True,

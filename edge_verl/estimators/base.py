@@ -191,10 +191,11 @@ def entropy_gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: 
 @dataclass(frozen=True)
 class Estimator:
     """One advantage estimator's declaration (see the module docstring). ``config``: its options class (an
-    ``EstimatorOptions`` with ``from_mapping``); ``compute(batch, options, state)``; ``state(options)`` creates the
-    training state (an object with ``state_dict`` / ``load_state_dict``, restored on resume; None: it keeps none),
-    saved under ``state_key`` and named ``state_label`` in messages; ``loss``: what the actor loss does with its
-    loss columns when its options switch that on (``options.loss_option``); ``min_groups``: the fewest prompt
+    ``EstimatorOptions``, a pydantic model whose ``section`` is the estimator's name); ``compute(batch, options,
+    state)``; ``state(options)`` creates the training state (an object with ``state_dict`` / ``load_state_dict``,
+    restored on resume; None: it keeps none), saved under ``state_key`` and named ``state_label`` in messages;
+    ``loss``: what the actor loss does with its loss columns when its options switch that on (their
+    ``loss_option``); ``min_groups``: the fewest prompt
     groups a step must hold for the method to be itself (None: one), a run with fewer refused before it starts."""
 
     name: str

@@ -68,7 +68,7 @@ def restore_run_state(run: TrainingRun, checkpoint_dir: str) -> None:
     estimator without state).
 
     A checkpoint without the state is an error unless the estimator's options accept it
-    (``EstimatorOptions.resume_without_state``: ``gepo.resume_without_state``), in which case the state starts
+    (``resume_without_state``, ``Estimator.resume_without_state``: ``gepo.resume_without_state``), in which case the state starts
     afresh from the next batch.
     """
     if run.state is None:
