@@ -3,7 +3,7 @@ verl process (driver, TaskRunner, workers, agent-loop and reward workers).
 
 It imports no verl module itself: each hook in ``HOOKS`` (estimator registration, the trainer adapters,
 the actor-loss hook, the GEC agent loop, the preflight) runs when, and only if, the process imports the verl
-module it touches (``post_import.py``). The CPU backend has its own entry point (``edge_verl.integration.cpu.plugin``). verl swallows
+module it touches (wrapt's post-import hooks). The CPU backend has its own entry point (``edge_verl.integration.cpu.plugin``). verl swallows
 plugin load errors; ``edge-verl doctor`` re-does the import loudly.
 
 ``EDGE_VERL_FEATURE_MODULES`` (comma-separated module names, optional): modules imported first, in every
@@ -18,10 +18,11 @@ import importlib
 import os
 from typing import Any, Callable
 
+from wrapt import register_post_import_hook
+
 from edge_verl.integration import actor_loss, estimator_adapter, fused_head, seeding
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
-from edge_verl.integration.post_import import when_imported
 from edge_verl.integration.run import plugin_in_use, preflight_or_exit
 from edge_verl.integration.trainer import V1Adapter
 
@@ -69,7 +70,7 @@ def register() -> None:
     for module_name in filter(None, (name.strip() for name in os.environ.get(FEATURE_MODULES_VARIABLE, "").split(","))):
         importlib.import_module(module_name)
     for module_name, hook in HOOKS.items():
-        when_imported(module_name, hook)
+        register_post_import_hook(hook, module_name)
 
 
 register()
