@@ -1,23 +1,13 @@
-"""The adapter of verl 0.9.1's v1 trainer (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``), and what both
-trainers' adapters compute at the advantage step; the legacy trainer's adapter is ``legacy_trainer.py``.
+"""verl 0.9.1's v1 trainer (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``) adapted to the plugin's
+estimators, and the advantage-step helpers both trainers' adapters share.
 
-verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA also needs
-the old policy's per-token entropy and GEPO the old log-probs, and both report metrics verl does not ask
-for. The adapter gathers those inputs once, opens the step's ``AdvantageStep`` (``run.py``) around verl's
-own advantage code, and hands the step's metrics and loss columns back to verl as values:
-
-- ``_compute_advantage(batch, metrics)`` fetches the entropy from the TransferQueue when the estimator needs
-  it, opens the step, and puts the metrics into verl's ``metrics`` and the loss columns (the estimator's, and
-  GEC's token origins, ``gec_advantage_outputs``) into the TransferQueue; inside it,
-  ``v1.utils.compute_advantage`` adds the batch's ``old_log_probs`` and the advantage statistics;
-- ``_compute_metrics``: GEC's and the grader's metrics from the rollout's ``extra_fields``;
-- ``_load_checkpoint`` creates the run's ``TrainingRun`` (before the first rollout) and restores the
-  estimator's state on resume, ``_save_checkpoint`` saves it (``run.py``), ``_update_actor`` stops a run whose
-  actor-loss hook (``actor_loss.py``) did not run and finishes GEC's per-origin actor metrics.
-Every wrapper is gated on the run using the plugin (``run.plugin_in_use``): a plain verl run has no
-``TrainingRun``, and each wrapper then calls verl's function and returns its result untouched (no extra
-TransferQueue call, no extra column, metric or file). Every patched attribute is in ``internals.CORE``;
-``plugin.py`` says which verl module's import installs which adapter.
+verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA also needs the
+old policy's per-token entropy, GEPO the old log-probs, and both report metrics verl does not ask for.
+``V1Adapter`` wraps the trainer's ``_compute_advantage`` (fetch those inputs from the TransferQueue once, run
+verl's advantage code inside the step, put the step's metrics into verl's ``metrics`` and its loss columns
+into the TransferQueue), ``_compute_metrics`` (GEC's and the grader's metrics from the rollout's
+``extra_fields``), ``_update_actor``, the checkpoint methods and ``v1.utils.compute_advantage``. Each wrapper
+returns verl's result untouched for a run that does not use the plugin.
 """
 
 from __future__ import annotations
@@ -45,9 +35,6 @@ def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
     check_loss_hook_ran(run, metrics)
     if run is not None and run.gec_enabled:
         finish_gec_actor_metrics(metrics)
-
-
-# --- what both adapters compute: advantage statistics, GEC's and the grader's metrics ------------------------
 
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
