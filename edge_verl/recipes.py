@@ -22,7 +22,7 @@ No verl import.
 
 from __future__ import annotations
 
-import re
+import shlex
 import string
 import textwrap
 from dataclasses import dataclass
@@ -215,7 +215,6 @@ def get_recipe(file_name: str) -> Recipe:
 
 # -- the text -----------------------------------------------------------------------------------------------------
 
-_PLAIN = re.compile(r"^[A-Za-z0-9_./:=+@%,-]*$")
 INDENT = "    "
 
 
@@ -226,11 +225,12 @@ def comment(text: str, indent: str = "") -> list[str]:
 
 
 def shell_word(template: str) -> str:
-    """A method's override template as one shell word: its literal text (double-quoted unless plain) with each
-    ``{run_parameter}`` given by the recipe variable ``RUN_VARIABLES`` names, as ``"$VARIABLE"``."""
+    """A method's override template as one shell word: its literal text (``shlex.quote``: as is unless it holds
+    a shell character) with each ``{run_parameter}`` given by the recipe variable ``RUN_VARIABLES`` names, as
+    ``"$VARIABLE"``."""
     word = ""
     for literal, field, _, _ in string.Formatter().parse(template):
-        word += literal if _PLAIN.match(literal) else '"' + re.sub(r'(["$`\\])', r"\\\1", literal) + '"'
+        word += shlex.quote(literal) if literal else ""
         if field is not None:
             word += f'"${RUN_VARIABLES[field]}"'
     return word

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 
 # The modules the lab imports that neither the plugin nor verl brings: lab/pyproject.toml's dependencies.
-REQUIREMENTS = ("matplotlib",)
+REQUIREMENTS = ("matplotlib", "scipy")
 
 
 def missing_requirements() -> list[str]:

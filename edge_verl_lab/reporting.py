@@ -1,12 +1,11 @@
 """Reading runs back: verl's per-step metrics (training curves, per-step validation), evaluation tables,
 mean +- std over seeds, paired differences with a Student-t interval, curve and sensitivity plots.
 
-Pure Python (matplotlib only for the plots; the t quantile is computed here, no scipy). verl's file logger (``trainer.logger=[...,file]``, path from
-``VERL_FILE_LOGGER_PATH``) writes one ``{"step": N, "data": {...}}`` record per step; flat
-``{"step": N, "<metric>": ...}`` records (older exports, the demo's metrics.jsonl) are read too. A resumed
+The t distribution is scipy's; matplotlib draws the plots. verl's file logger (``trainer.logger=[...,file]``,
+path from ``VERL_FILE_LOGGER_PATH``) writes one ``{"step": N, "data": {...}}`` record per step; flat
+``{"step": N, "<metric>": ...}`` records (exports, the demo's metrics.jsonl) are read too. A resumed
 run restarts verl's logger, so a run folder may hold several files (``metrics/*.jsonl``, one per
-attempt): they are merged, the last record of a step winning.
-"""
+attempt): they are merged, the last record of a step winning."""
 
 from __future__ import annotations
 
@@ -17,6 +16,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
+
+from scipy import stats
 
 SEED_SUFFIX = re.compile(r"_seed\d+$")
 # verl's validation during training (trainer.test_freq): val-core/<data source>/<core variable>/mean@<n>, the
@@ -70,44 +71,6 @@ def mean_std(values: Sequence[float]) -> tuple[float, float, int]:
     return statistics.mean(values), spread, len(values)
 
 
-def _t_two_sided_mass(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer ``df`` >= 1, in closed form (Abramowitz & Stegun 26.7.3 for
-    odd df, 26.7.4 for even df; theta = atan(t / sqrt(df)))."""
-    theta = math.atan(t / math.sqrt(df))
-    cos2 = math.cos(theta) ** 2
-    if df % 2 == 1:  # (2/pi) [theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ... up to cos^(df-3))]
-        term = total = 1.0
-        for k in range(1, (df - 1) // 2):
-            term *= 2 * k / (2 * k + 1) * cos2
-            total += term
-        return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
-    term = total = 1.0  # sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))
-    for k in range(1, df // 2):
-        term *= (2 * k - 1) / (2 * k) * cos2
-        total += term
-    return math.sin(theta) * total
-
-
-def student_t_quantile(probability: float, df: int) -> float:
-    """The ``probability`` quantile (0.5 < probability < 1) of Student's t with ``df`` degrees of freedom
-    (an integer >= 1): the exact closed-form CDF inverted by bisection to float precision. t(0.975, 2) =
-    4.3027, t(0.975, 30) = 2.0423; large df tend to the normal's 1.9600."""
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df={df!r} must be an integer >= 1")
-    if not 0.5 < probability < 1:
-        raise ValueError(f"probability={probability!r} must be in (0.5, 1)")
-    mass = 2 * probability - 1
-    low, high = 0.0, 1.0
-    while _t_two_sided_mass(high, df) < mass:
-        low, high = high, 2 * high
-    for _ in range(200):
-        middle = (low + high) / 2
-        if middle in (low, high):
-            break
-        low, high = (middle, high) if _t_two_sided_mass(middle, df) < mass else (low, middle)
-    return (low + high) / 2
-
-
 @dataclass(frozen=True)
 class PairedDifference:
     """``values - baseline`` over the seeds both have: each seed's difference, their mean, sample std and
@@ -139,7 +102,7 @@ def paired_difference(
     if len(differences) < 2:
         return PairedDifference(per_seed, mean, None, 1, confidence, None)
     spread = statistics.stdev(differences)
-    half = student_t_quantile((1 + confidence) / 2, len(differences) - 1) * spread / math.sqrt(len(differences))
+    half = float(stats.t.ppf((1 + confidence) / 2, len(differences) - 1)) * spread / math.sqrt(len(differences))
     return PairedDifference(per_seed, mean, spread, len(differences), confidence, (mean - half, mean + half))
 
 
@@ -187,7 +150,7 @@ def paired_p_value(difference: PairedDifference) -> Optional[float]:
     if difference.std == 0:
         return 1.0 if difference.mean == 0 else 0.0
     t = abs(difference.mean) / (difference.std / math.sqrt(difference.n))
-    return max(0.0, 1.0 - _t_two_sided_mass(t, difference.n - 1))
+    return float(2 * stats.t.sf(t, difference.n - 1))
 
 
 def minimum_detectable_difference(std: float, n: int, confidence: float = 0.95, power: float = 0.8) -> Optional[float]:
@@ -200,13 +163,15 @@ def minimum_detectable_difference(std: float, n: int, confidence: float = 0.95, 
     if not 0 < confidence < 1 or not 0.5 < power < 1:
         raise ValueError(f"confidence={confidence!r} must be in (0, 1), power={power!r} in (0.5, 1)")
     df = n - 1
-    return (student_t_quantile((1 + confidence) / 2, df) + student_t_quantile(power, df)) * std / math.sqrt(n)
+    return float(stats.t.ppf((1 + confidence) / 2, df) + stats.t.ppf(power, df)) * std / math.sqrt(n)
 
 
 def holm_adjust(p_values: Mapping[str, Optional[float]]) -> dict[str, Optional[float]]:
     """Holm's step-down adjustment of a family of p-values (name -> p; None stays None and is not counted):
     the k-th smallest of m is multiplied by m - k + 1, then made monotone and capped at 1.
-    {a: 0.01, b: 0.04, c: 0.03} -> a 0.03, c 0.06, b 0.06 (0.04 * 1 = 0.04 raised to the running max 0.06)."""
+    {a: 0.01, b: 0.04, c: 0.03} -> a 0.03, c 0.06, b 0.06 (0.04 * 1 = 0.04 raised to the running max 0.06).
+    Written here because scipy 1.17 has no Holm (``scipy.stats.false_discovery_control`` is Benjamini-Hochberg
+    or -Yekutieli only) and statsmodels' ``multipletests``, which has it, would be a dependency for these 7 lines."""
     present = sorted((value, name) for name, value in p_values.items() if value is not None)
     adjusted: dict[str, Optional[float]] = {name: None for name in p_values}
     running = 0.0

@@ -1,37 +1,20 @@
-"""edge_verl_lab.reporting's statistics for "is the gain real": Student's t quantile (exact, no scipy), the paired
+"""edge_verl_lab.reporting's statistics for "is the gain real": the paired
 difference over seeds with its interval, and the validation series verl logs during training."""
 
 import math
 
 import pytest
 
-from edge_verl_lab.reporting import best_and_last, paired_difference, student_t_quantile, validation_series
+from edge_verl_lab.reporting import best_and_last, paired_difference, validation_series
 
 
-@pytest.mark.parametrize(
-    "probability, df, expected",
-    [
-        # two-sided 95% (p = 0.975) from the standard t table, and two other levels
-        (0.975, 1, 12.7062), (0.975, 2, 4.3027), (0.975, 3, 3.1824), (0.975, 4, 2.7764), (0.975, 9, 2.2622),
-        (0.975, 10, 2.2281), (0.975, 30, 2.0423), (0.975, 100, 1.9840), (0.995, 3, 5.8409), (0.9, 1, 3.0777),
-    ],
-)
-def test_student_t_quantile_matches_the_printed_table(probability, df, expected):
-    assert student_t_quantile(probability, df) == pytest.approx(expected, abs=5e-5)
-
-
-def test_student_t_quantile_closed_forms_and_the_normal_limit():
-    # df = 1 is Cauchy: t = tan(pi (p - 1/2)); df = 2: t = (2p - 1) sqrt(2 / (4 p (1 - p)))
-    assert student_t_quantile(0.975, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-12)
-    assert student_t_quantile(0.975, 2) == pytest.approx(0.95 * math.sqrt(2 / (4 * 0.975 * 0.025)), rel=1e-12)
-    assert student_t_quantile(0.975, 2000) == pytest.approx(1.96115, abs=1e-5)  # tables: 1.9612
-    assert 1.95996 < student_t_quantile(0.975, 20000) < 1.9601  # towards the normal's 1.95996
-    quantiles = [student_t_quantile(0.975, df) for df in range(1, 40)]
-    assert all(a > b for a, b in zip(quantiles, quantiles[1:])), "heavier tails for fewer degrees of freedom"
-    with pytest.raises(ValueError, match="df=0"):
-        student_t_quantile(0.975, 0)
-    with pytest.raises(ValueError, match="probability"):
-        student_t_quantile(0.3, 5)
+def test_the_interval_uses_the_two_sided_t_quantile_of_n_minus_1_degrees_of_freedom():
+    # closed forms of t((1 + confidence) / 2, df): df = 1 (Cauchy) tan(pi (p - 1/2)); df = 2 (2p - 1) sqrt(2 / (4 p (1 - p)))
+    two = paired_difference({"1": 1.0, "2": 3.0}, {"1": 0.0, "2": 0.0})  # mean 2, std sqrt 2, se 1
+    assert two.interval == pytest.approx((2 - math.tan(math.pi * 0.475), 2 + math.tan(math.pi * 0.475)), rel=1e-12)
+    three = paired_difference({"1": 1.0, "2": 2.0, "3": 3.0}, {"1": 0.0, "2": 0.0, "3": 0.0}, confidence=0.9)  # se 1 / sqrt 3
+    half = 0.9 * math.sqrt(2 / (4 * 0.95 * 0.05)) / math.sqrt(3)
+    assert three.interval == pytest.approx((2 - half, 2 + half), rel=1e-12)
 
 
 def test_paired_difference_over_three_seeds_with_a_student_t_interval():

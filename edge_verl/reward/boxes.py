@@ -9,15 +9,16 @@ module is the one exception, and it is decided by what stands BETWEEN the boxes 
   neither is "or" (a hedge, not a list);
 - a response's list counts as the answer only when the gold has as many items (``gold_item_count``: the
   top-level items of a comma-separated gold, or the elements of a braced set ``\\{1,2,3\\}``) and the list
-  is exactly that long -- never against a one-item gold (REWARD.md: "a wrong answer must not grade right";
-  several boxes against a single value stay graded by the last box), and never the last k of a longer list
+  is exactly that long -- never against a one-item gold (a wrong answer must not grade right: several boxes
+  against a single value stay graded by the last box), and never the last k of a longer list
   (``\\boxed{1}, \\boxed{2}, \\boxed{3}`` is not the answer ``\\{2, 3\\}``). Against a set gold the list is
   compared as a set;
 - a gold that contains boxes (a reference solution given as ground truth) is its list of boxes when they
   form one, else its last box (``gold_from_boxes``), the convention of a response with one allowance: a
   gold's words between boxes may label them when they say "and" without a hedge (``\\boxed{1} papers and
-  \\boxed{2} bins`` is the list 1, 2; ``joins_gold_boxes``). So the gold ``\\boxed{1} no no \\boxed{2}`` is 2, and a boxed tuple ``(1, 2)`` does not equal it; a gold list of
-  boxes is a set of answers, which a tuple (one point) is not either.
+  \\boxed{2} bins`` is the list 1, 2; ``joins_gold_boxes``). So the gold ``\\boxed{1} no no \\boxed{2}`` is 2,
+  and a boxed tuple ``(1, 2)`` does not equal it; a gold list of boxes is a set of answers, which a tuple
+  (one point) is not either.
 """
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ def boxed_answer_only(answer: str) -> str:
 
 
 def math_verify_direct(response: str, gold: str) -> bool:
-    """math-verify as its README shows it, with the gold wrapping REWARD.md measured best (main thread
-    only: its own timeouts use signals)."""
+    """math-verify as its README shows it, the gold wrapped in ``$...$`` (main thread only: its own timeouts
+    use signals)."""
     from math_verify import parse, verify
 
     try:

@@ -21,11 +21,9 @@ Before anything runs, a sweep's grid is validated (GepoConfig), and ``check_runs
 folder and a folder whose finished stage belongs to another run (table, row, backend, model, recipe,
 training file, overrides: ``run_identity``). By default a row without a recipe for the backend (SFT on
 Megatron) is left out, and says so; named with ``--rows``, it is an error.
-Resumable by the experiment rule that ``edge-verl study`` follows too (``edge_verl_lab/experiment.py``): a stage
-that finished wrote ``<stage>.done.json`` (with its wall time and the source commit that ran it) and is
-skipped next time (the report when its inputs are unchanged); a re-run of an interrupted training stage
-resumes from its last checkpoint (verl's ``resume_mode=auto``; the recipes' run identity guarantees it is
-the same run) or starts afresh when it saved none. A failed stage stops the pipeline with the path of its log.
+Resumable by the run-folder protocol of ``edge_verl_lab/experiment.py``: a finished stage (``<stage>.done.json``)
+is skipped, the report when its inputs are unchanged, and an interrupted training stage resumes from its last
+checkpoint. A failed stage stops the pipeline with the path of its log.
 """
 
 from __future__ import annotations

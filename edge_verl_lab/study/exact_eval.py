@@ -18,7 +18,7 @@ reward (``edge_verl.reward.compute_score``), the one that trained them: the LAST
 records its first box's grade, its length and whether it hit the cap without the end token
 (``Completion``), so a report can tell a right first answer from a right second one, and truncation.
 
-Differs from verl's validation (``val-core/*``), which the study no longer uses for its numbers: that one
+Differs from verl's validation (``val-core/*``), which the study does not use for its numbers: that one
 samples through the rollout with no per-problem seed (arrival order decides the draws), so two validations
 of one checkpoint differ (measured SD 0.015 at step 0) and each method's cap was its own
 ``data.max_response_length``.

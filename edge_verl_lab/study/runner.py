@@ -15,11 +15,10 @@ token cap, with samples seeded per problem, so two evaluations of one checkpoint
 An evaluation file records its problems' digest and config: a finished run whose file is another split's
 or config's is evaluated again from its final weights, without training again.
 
-Resumable by the rule ``edge-verl reproduce`` follows (``edge_verl_lab/experiment.py``): a finished run
-(``done.json``, same identity) is skipped, and so is a finished training stage (``train.done.json``: the
-run is only evaluated); an interrupted training continues from its last checkpoint when it saved one, and
-otherwise starts again with its old metrics removed (the study saves only the final checkpoint, so in
-practice it starts again). Before anything runs, every run folder is checked (``config.plan``): a folder
+Resumable by the run-folder protocol of ``edge_verl_lab/experiment.py``: a finished run (``done.json``, same
+identity) is skipped, and so is a finished training stage (``train.done.json``: the run is only evaluated);
+an interrupted training continues from its last checkpoint, which a study run saves only at its end, so in
+practice it starts again with its old metrics removed. Before anything runs, every run folder is checked (``config.plan``): a folder
 holding another run (another task, scale, method, seed or override: any field of its identity) is refused,
 so two rows never share a run. The same seed gives every method the same tiny model, warm start and
 training-data order, so methods are compared seed by seed (paired).

@@ -13,9 +13,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
+
+from scipy import stats
 
 from edge_verl_lab.reporting import difference_text, holm_adjust, minimum_detectable_difference, paired_difference, paired_p_value
 
@@ -67,12 +68,12 @@ def baseline_gate(seen_start: PerSeed, seen_final: PerSeed, reward_start: PerSee
 
 def sign_counts(per_seed: PerSeed) -> dict:
     """How many paired differences are above, below and at 0, and the exact two-sided sign-test p of the
-    nonzero ones (None without any): twice the binomial(n, 1/2) tail of the rarer sign, capped at 1.
-    8 above, 0 below: 2 * 0.5^8 = 0.0078; 6 above, 2 below: 2 * (1 + 8 + 28) / 256 = 0.289."""
+    nonzero ones (None without any): scipy's binomial test of ``above`` in n at 1/2, twice the rarer sign's tail
+    capped at 1. 8 above, 0 below: 2 * 0.5^8 = 0.0078; 6 above, 2 below: 2 * (1 + 8 + 28) / 256 = 0.289."""
     above = sum(1 for value in per_seed.values() if value > 0)
     below = sum(1 for value in per_seed.values() if value < 0)
     n = above + below
-    p = min(1.0, 2 * sum(math.comb(n, k) for k in range(min(above, below) + 1)) / 2**n) if n else None
+    p = float(stats.binomtest(above, n, 0.5).pvalue) if n else None
     return {"above": above, "below": below, "tied": len(per_seed) - n, "p": p}
 
 

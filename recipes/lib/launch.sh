@@ -55,28 +55,15 @@ cpu_switch() {
     mapfile -t CPU <<<"$text"
 }
 
-# shell_quote WORD: WORD as the shell reads it back (single quotes unless it is plain).
-shell_quote() {
-    if [[ $1 =~ ^[A-Za-z0-9_./:=+@%,-]+$ ]]; then
-        printf '%s' "$1"
-    else
-        printf "'%s'" "${1//\'/\'\\\'\'}"
-    fi
-}
-
-# The program (up to the last "-m MODULE" and verl's --config-name) on the first line, behind `env RUN_ENV...`.
+# The program (up to the last "-m MODULE" and verl's --config-name) on the first line, behind `env RUN_ENV...`;
+# each word as Python's shlex.quote writes it (as is unless it holds a shell character), as edge_verl/recipes.py does.
 print_command() {
-    local words=("$@") head=0 index word
+    local words=("$@") head=0 index
     for index in "${!words[@]}"; do
         [ "${words[index]}" = -m ] && head=$((index + 2))
     done
     [[ ${words[head]:-} == --config-name=* ]] && head=$((head + 1))
-    printf 'env'
-    for word in "${RUN_ENV[@]}" "${words[@]:0:head}"; do
-        printf ' %s' "$(shell_quote "$word")"
-    done
-    for word in "${words[@]:head}"; do
-        printf ' \\\n    %s' "$(shell_quote "$word")"
-    done
-    printf '\n'
+    "$PYTHON" -c 'import shlex, sys; head, words = int(sys.argv[1]), [shlex.quote(word) for word in sys.argv[2:]]
+print(" ".join(["env", *words[:head]]) + "".join(" \\\n    " + word for word in words[head:]))' \
+        "$((${#RUN_ENV[@]} + head))" "${RUN_ENV[@]}" "${words[@]}"
 }

@@ -9,7 +9,7 @@ from edge_verl.openrlhf import cpu
 
 def test_install_replaces_everything_without_a_gpu_and_nothing_with_one(monkeypatch):
     registered = []
-    monkeypatch.setattr(cpu, "when_imported", lambda name, patch: registered.append(name))
+    monkeypatch.setattr(cpu, "register_post_import_hook", lambda patch, name: registered.append(name))
     # sys.modules entries install() writes, restored after the test
     monkeypatch.setitem(sys.modules, "flash_attn.ops.triton.cross_entropy", sys.modules.get("flash_attn.ops.triton.cross_entropy"))
     monkeypatch.delitem(sys.modules, "flash_attn.ops.triton.cross_entropy")

@@ -93,7 +93,7 @@ WRONG = [
     ("wrong_choice", B("A"), "B"), ("wrong_choice_text", B("\\text{(A)}"), "C"), ("wrong_text", B("\\text{Tuesday}"), "Monday"),
     ("wrong_pi", B("\\pi"), "2\\pi"), ("wrong_sqrt", B("\\sqrt{3}"), "\\sqrt{2}"), ("wrong_percent", B("0.25"), "25\\%"),
     ("wrong_units", B("100"), "10\\text{ cm}"), ("wrong_list", B("4"), ["3", "3.0"]),
-    # known math-verify false positives (REWARD.md)
+    # known math-verify false positives (docs/reward.md)
     ("fp_tiny_values", B("\\frac{1}{2006!}"), "\\frac{1}{2004!}"), ("fp_tiny_powers", B("10^{-30}"), "2\\cdot 10^{-30}"),
     ("fp_one_minus_inv_e", B("1+\\frac{1}{e}"), "1-\\frac{1}{e}"), ("fp_time_ratio", B("\\frac{4}{30}"), "4:30"),
     ("fp_time_vs_decimal", B("4.5"), "4:30"), ("fp_time_pred", B("4:30"), "\\frac{2}{15}"),

@@ -36,16 +36,16 @@ def register_cpu_backend() -> None:
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform, shared_cluster  # platform registers "cpu"
-    from edge_verl.integration.post_import import when_imported
+    from wrapt import register_post_import_hook
 
     platform.patch_init_process_group()
     # Megatron's CPU adaptations apply when verl builds its Megatron engine in this process, not on import.
-    when_imported("verl.workers.engine.megatron.transformer_impl", megatron_engine.hook_megatron_engine)
-    when_imported("verl.workers.engine.fsdp.transformer_impl", megatron_engine.hook_fsdp_engine)
+    register_post_import_hook(megatron_engine.hook_megatron_engine, "verl.workers.engine.megatron.transformer_impl")
+    register_post_import_hook(megatron_engine.hook_fsdp_engine, "verl.workers.engine.fsdp.transformer_impl")
     if os.environ.get(PEAK_PER_PASS_ENV, "").strip() == "1":
-        when_imported("verl.workers.engine_workers", platform.patch_peak_per_pass)
+        register_post_import_hook(platform.patch_peak_per_pass, "verl.workers.engine_workers")
     # Several runs on one Ray cluster (the study's --jobs): TransferQueue's controller per run.
-    when_imported("transfer_queue.interface", shared_cluster.patch_transfer_queue)
+    register_post_import_hook(shared_cluster.patch_transfer_queue, "transfer_queue.interface")
     rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
     RolloutReplicaRegistry.register(hf_rollout.ROLLOUT_NAME, lambda: hf_rollout.HFRolloutReplica)
 
