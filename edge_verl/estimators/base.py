@@ -428,7 +428,7 @@ def group_mean_std(
     std 1 (verl's convention: its advantage is its raw score); an empty group has mean 0, std 1.
     verl's ``verl.utils.groupwise.group_mean_std`` with ``eps=0.0`` (its GRPO's call) gives the same numbers
     to the last bit on the valid rows (80 random float32 batches with singleton and tied groups,
-    tests/integration/test_group_stats_equals_verls_on_cpu.py); this one exists because ``algorithms/``
+    tests/integration/test_group_stats_equals_verls_on_cpu.py); this one exists because the estimators' math
     imports no verl (the OpenRLHF coupling runs it without verl) and it leaves padding rows out by ``valid``.
     """
     weights = valid.to(scores.dtype)

@@ -1,4 +1,4 @@
-"""``group_stats.group_mean_std`` computes what verl's ``verl.utils.groupwise.group_mean_std`` does, as verl's
+"""``estimators.base.group_mean_std`` computes what verl's ``verl.utils.groupwise.group_mean_std`` does, as verl's
 GRPO calls it (``eps=0.0``): the same mean, unbiased std and count per group, to the last bit, on random
 float32 scores with singleton groups, tied groups and rows left out (``valid``: verl's padding rows)."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from verl.utils.groupwise import group_mean_std as verl_group_mean_std
 
-from edge_verl.algorithms.group_stats import group_mean_std
+from edge_verl.estimators.base import group_mean_std
 
 GROUP_SIZES = (1, 1, 2, 3, 5, 8)
 
