@@ -30,7 +30,7 @@ MIX_PAGE = RESULTS / "study_mix"
 # did quote would be checked too.
 STUDY_DOC = ROOT / "docs" / "study.md"
 QUOTING = (ROOT / "README.md", STUDY_DOC, RESULTS / "README.md")
-MIX_COMMIT = "944c2a174472b65e11ddf3d61e8ac1f694998980"
+MIX_COMMIT = "be67352c09e450d1809990e9f6d98b5d697e13d1"
 # The mixture's evaluation lists pair's problems, then max's (3000 held-out and 1000 seen strings each); its
 # parts' training statistics are their data sources' per-source metrics.
 MIX_PARTS = {"pair": ("edge_verl/demo_pair", slice(0, 3000), slice(0, 1000)), "max": ("edge_verl/demo_max", slice(3000, 6000), slice(1000, 2000))}
@@ -270,6 +270,24 @@ def test_the_mixture_page_is_its_files_task_by_task(mix_page):
     assert quote in STUDY_DOC.read_text() and quote in (RESULTS / "README.md").read_text()
 
 
+def test_every_mixture_contrast_the_docs_quote_is_the_mixture_page_s(mix_page):
+    """`a − b on the whole mixture: Δ ...` is the page's contrast (primary or further), `a − grpo on <task>: Δ ...`
+    its task's; a quote may break across lines anywhere a space stands."""
+    report, _, _ = mix_page
+    whole = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
+    by_part = {part: {f"{e['method']} − grpo": e for e in found["contrasts"]} for part, found in report["parts"].items()}
+    number = r"([+-]\d\.\d{3})"
+    quoted = 0
+    for document in QUOTING:
+        for name, where, mean, low, high in re.findall(rf"(\w+\s+−\s+\w+)\s+on\s+(the\s+whole\s+mixture|\w+):\s+Δ\s+{number}\s+\[{number},\s+{number}\]",
+                                                       document.read_text()):
+            name, where = " ".join(name.split()), " ".join(where.split())
+            entry = whole[name] if where == "the whole mixture" else by_part[where][name]
+            assert (mean, low, high) == (f"{entry['mean']:+.3f}", f"{entry['interval'][0]:+.3f}", f"{entry['interval'][1]:+.3f}"), (document.name, name, where)
+            quoted += 1
+    assert quoted >= 2 * len(report["contrasts"]["primary"])
+
+
 @pytest.mark.parametrize("folder", STUDIES, ids=lambda path: path.name)
 def test_a_published_report_is_what_the_report_code_gives_from_its_files(folder):
     report = _json(folder / "report.json")
@@ -359,7 +377,7 @@ def test_the_reflect_controls_are_the_default_study_s_runs_beside_the_controls()
 # --- study v4: the pages republished on reproducible runs (each check read from the page's raw files) -------------
 
 # The pages republished on reproducible runs, each with its trained-twice folder, its invocations and the checks.
-V4_PAGES = [PAGE, CONTROLS_PAGE]  # the mixture: trained and trained twice (runs/study_mix), its page next
+V4_PAGES = [PAGE, CONTROLS_PAGE, MIX_PAGE]
 CLAMP = "+algorithm.edge_eda.ratio_clamp=[0.1,10.0]"
 
 
@@ -501,11 +519,12 @@ def test_the_primary_verdicts_at_the_other_learning_rates_are_their_files(folder
     # page `gepo − grpo on the whole mixture at lr 0.0005: Δ ...`) is the table's
     rows = re.findall(r"\| ([\d.e-]+) \(\d+ seeds[^|]*\| (\w+ − \w+) \| ([+-]\d\.\d{3}) \[(-?\d\.\d{3}), (-?\d\.\d{3})\] \|", text)
     table = {(float(lr), name): (mean, low, high) for lr, name, mean, low, high in rows}
-    where = " on the whole mixture" if folder == MIX_PAGE else ""
+    where = r"\s+on\s+the\s+whole\s+mixture" if folder == MIX_PAGE else ""
     quoted = 0
-    for document in QUOTING:
-        for name, lr, mean, low, high in re.findall(rf"(\w+ − \w+){where} at lr ([\d.e-]+):\s+Δ\s+([+-]\d\.\d{{3}})\s+\[(-?\d\.\d{{3}}),\s+(-?\d\.\d{{3}})\]",
+    for document in QUOTING:  # a quote may break across lines anywhere a space stands
+        for name, lr, mean, low, high in re.findall(rf"(\w+\s+−\s+\w+){where}\s+at\s+lr\s+([\d.e-]+):\s+Δ\s+([+-]\d\.\d{{3}})\s+\[(-?\d\.\d{{3}}),\s+(-?\d\.\d{{3}})\]",
                                                     document.read_text()):
+            name = " ".join(name.split())
             assert table[float(lr), name] == (mean, low, high), (document.name, name, lr)
             quoted += 1
-    assert quoted >= 2 * len([pair for pair in PRIMARY if f"| {pair[0]} − {pair[1]} |" in text])  # the study doc and the results page
+    assert quoted >= 2 * len({name for _, name in table})  # each contrast of the table: the study doc and the results page
