@@ -30,7 +30,7 @@ MIX_PAGE = RESULTS / "study_mix"
 # did quote would be checked too.
 STUDY_DOC = ROOT / "docs" / "study.md"
 QUOTING = (ROOT / "README.md", STUDY_DOC, RESULTS / "README.md")
-MIX_COMMIT = "944c2a174472b65e11ddf3d61e8ac1f694998980"
+MIX_COMMIT = "be67352c09e450d1809990e9f6d98b5d697e13d1"
 # The mixture's evaluation lists pair's problems, then max's (3000 held-out and 1000 seen strings each); its
 # parts' training statistics are their data sources' per-source metrics.
 MIX_PARTS = {"pair": ("edge_verl/demo_pair", slice(0, 3000), slice(0, 1000)), "max": ("edge_verl/demo_max", slice(3000, 6000), slice(1000, 2000))}
@@ -197,9 +197,16 @@ def test_the_gate_and_the_named_contrasts_are_the_files_arithmetic(page):
 
 def test_the_study_doc_quotes_the_page():
     """Every contrast docs/study.md, the results page and the README quote (`a − b: Δ +0.123 [-0.010, +0.256]`)
-    is the default page's report's."""
+    is the default page's report's, or for a control's contrast the controls page's (the same runs: a contrast on
+    both pages has the same numbers on both)."""
     report = _json(PAGE / "report.json")
     found = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
+    controls = _json(CONTROLS_PAGE / "report.json")["contrasts"]
+    for entry in controls["primary"] + controls["further"]:
+        name = f"{entry['method']} − {entry['against']}"
+        if name in found:
+            assert (found[name]["mean"], found[name]["interval"]) == (entry["mean"], entry["interval"]), name
+        found.setdefault(name, entry)
     quoted = {}
     for document in QUOTING:
         # a quote may break across lines anywhere a space stands
@@ -261,6 +268,24 @@ def test_the_mixture_page_is_its_files_task_by_task(mix_page):
     whole = {(e["method"], e["against"]): e for e in report["contrasts"]["primary"]}["gepo", "grpo"]
     quote = f"gepo − grpo on the whole mixture: Δ {whole['mean']:+.3f} [{whole['interval'][0]:+.3f}, {whole['interval'][1]:+.3f}]"
     assert quote in STUDY_DOC.read_text() and quote in (RESULTS / "README.md").read_text()
+
+
+def test_every_mixture_contrast_the_docs_quote_is_the_mixture_page_s(mix_page):
+    """`a − b on the whole mixture: Δ ...` is the page's contrast (primary or further), `a − grpo on <task>: Δ ...`
+    its task's; a quote may break across lines anywhere a space stands."""
+    report, _, _ = mix_page
+    whole = {f"{e['method']} − {e['against']}": e for e in report["contrasts"]["primary"] + report["contrasts"]["further"]}
+    by_part = {part: {f"{e['method']} − grpo": e for e in found["contrasts"]} for part, found in report["parts"].items()}
+    number = r"([+-]\d\.\d{3})"
+    quoted = 0
+    for document in QUOTING:
+        for name, where, mean, low, high in re.findall(rf"(\w+\s+−\s+\w+)\s+on\s+(the\s+whole\s+mixture|\w+):\s+Δ\s+{number}\s+\[{number},\s+{number}\]",
+                                                       document.read_text()):
+            name, where = " ".join(name.split()), " ".join(where.split())
+            entry = whole[name] if where == "the whole mixture" else by_part[where][name]
+            assert (mean, low, high) == (f"{entry['mean']:+.3f}", f"{entry['interval'][0]:+.3f}", f"{entry['interval'][1]:+.3f}"), (document.name, name, where)
+            quoted += 1
+    assert quoted >= 2 * len(report["contrasts"]["primary"])
 
 
 def _same_numbers(found, published, where: str = "") -> None:
@@ -351,27 +376,27 @@ def test_each_seed_s_calibration_is_on_the_page():
                 f"{measured['reflected_frac']:.3f} | {measured['regenerate_success']:.3f} | {measured['regenerated']} |") in text
 
 
-def test_the_reflect_controls_hold_the_default_study_s_first_runs_under_the_same_definition():
-    # the controls page keeps every run of the default study's first invocation (one run at a time, trained at
-    # 2c78f55 / 519c644) beside the controls' own arms; the default page is the re-run on one cluster. Each of those
-    # runs is the default page's run of the same name by definition (its identity file, every field), trained by
-    # another invocation: two trainings of one definition, whose differences are run-to-run noise
+def test_the_reflect_controls_are_the_default_study_s_runs_beside_the_controls():
+    # the controls page is the default study's folder with the controls' arms trained into it: every run it shares
+    # with the default page is the same run (its files byte for byte: one training, not a second one), and the
+    # controls' own arms trained at the same seeds from the same warm starts
     controls, default = _json(CONTROLS_PAGE / "report.json"), _json(PAGE / "report.json")
     assert controls["study"]["seeds"] == default["study"]["seeds"]
-    assert set(StudyConfig().methods) < set(controls["study"]["methods"])
-    runs = {run.name: run.name.rsplit("_seed", 1)[0] for run in (CONTROLS_PAGE / "runs").iterdir()}
-    shared = sorted(name for name, method in runs.items() if method in default["study"]["methods"])
-    assert shared == sorted(run.name for run in (PAGE / "runs").iterdir() if run.name.rsplit("_seed", 1)[0] in runs.values())
+    assert set(default["study"]["methods"]) < set(controls["study"]["methods"])
+    assert {"eda_detached", "edge_masked", "gec"} <= set(controls["study"]["methods"])
+    shared = sorted(run.name for run in (PAGE / "runs").iterdir())
+    assert set(shared) < {run.name for run in (CONTROLS_PAGE / "runs").iterdir()}
     for name in shared:
-        assert _json(CONTROLS_PAGE / "runs" / name / "study_run.json") == _json(PAGE / "runs" / name / "study_run.json"), name
-    assert {_json(CONTROLS_PAGE / "runs" / name / "done.json")["commit"][:7] for name in shared} == {"2c78f55", "519c644"}
-    assert not {run["commit"] for run in default["runs"].values()} & {_json(CONTROLS_PAGE / "runs" / name / "done.json")["commit"] for name in shared}
+        for file in sorted((PAGE / "runs" / name).iterdir()):
+            assert (CONTROLS_PAGE / "runs" / name / file.name).read_bytes() == file.read_bytes(), (name, file.name)
+    for seed in default["study"]["seeds"]:
+        assert _json(CONTROLS_PAGE / "models" / f"seed{seed}" / "exact_eval.json") == _json(PAGE / "models" / f"seed{seed}" / "exact_eval.json")
 
 
 # --- study v4: the pages republished on reproducible runs (each check read from the page's raw files) -------------
 
 # The pages republished on reproducible runs, each with its trained-twice folder, its invocations and the checks.
-V4_PAGES = [PAGE]
+V4_PAGES = [PAGE, CONTROLS_PAGE, MIX_PAGE]
 CLAMP = "+algorithm.edge_eda.ratio_clamp=[0.1,10.0]"
 
 
@@ -455,9 +480,10 @@ def test_each_method_is_on_the_page_at_its_trained_length_and_at_the_cap(folder)
         assert f"| {method} | {length} | {own:.3f} |" in text and f"| {at_cap:.3f} |" in text, method
 
 
-def test_eda_clamped_ran_eda_s_gradient_form_with_p_hat_clamped_at_every_seed_of_the_page():
-    report = _json(PAGE / "report.json")
-    clamped = sorted(run for run in (PAGE / "runs").iterdir() if run.name.startswith("eda_clamped_seed"))
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_eda_clamped_ran_eda_s_gradient_form_with_p_hat_clamped_at_every_seed_of_the_page(folder):
+    report = _json(folder / "report.json")
+    clamped = sorted(run for run in (folder / "runs").iterdir() if run.name.startswith("eda_clamped_seed"))
     assert len(clamped) == len(report["study"]["seeds"]) >= 8
     for run in clamped:
         assert _command_value(run, "algorithm.adv_estimator") == "edge_eda" and CLAMP in (run / "command.txt").read_text()
@@ -466,10 +492,11 @@ def test_eda_clamped_ran_eda_s_gradient_form_with_p_hat_clamped_at_every_seed_of
     assert {("eda_clamped", "grpo"), ("eda", "eda_clamped")} <= further
 
 
-def test_gepo_s_mdd_and_the_seeds_it_would_take_are_the_files():
+@pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
+def test_gepo_s_mdd_and_the_seeds_it_would_take_are_the_files(folder):
     from edge_verl_lab.reporting import minimum_detectable_difference
 
-    report, runs, _ = _read_page(PAGE)
+    report, runs, _ = _read_page(folder)
     by = {(run["identity"]["method"], run["identity"]["seed"]): run for run in runs.values()}
     differences = [_accuracy(by["gepo", seed]["eval"], "heldout") - _accuracy(by["grpo", seed]["eval"], "heldout") for seed in report["study"]["seeds"]]
     sd, n = statistics.stdev(differences), len(differences)
@@ -477,7 +504,7 @@ def test_gepo_s_mdd_and_the_seeds_it_would_take_are_the_files():
     assert power["mdd"] == pytest.approx((T_975[n - 1] + T_80[n - 1]) * sd / math.sqrt(n), abs=1e-6)
     needed = power["seeds_needed"]
     assert minimum_detectable_difference(sd, needed) <= 0.05 and (needed == 2 or minimum_detectable_difference(sd, needed - 1) > 0.05)
-    assert f"**Power of gepo − grpo**: MDD {power['mdd']:.3f} at n = {n}" in (PAGE / "report.md").read_text()
+    assert f"**Power of gepo − grpo**: MDD {power['mdd']:.3f} at n = {n}" in (folder / "report.md").read_text()
 
 
 @pytest.mark.parametrize("folder", V4_PAGES, ids=lambda path: path.name)
@@ -507,13 +534,16 @@ def test_the_primary_verdicts_at_the_other_learning_rates_are_their_files(folder
             half = T_975[n - 1] * sd / math.sqrt(n)
             assert f"| {lr:g} ({n} seeds" in text
             assert f"| {a} − {b} | {mean:+.3f} [{mean - half:.3f}, {mean + half:.3f}] |" in text, (lr, a, b)
-    # every contrast the docs quote at another lr (`a − b at lr 0.0005: Δ -0.211 [-0.527, 0.105]`) is the table's
+    # every contrast the docs quote at another lr (`a − b at lr 0.0005: Δ -0.211 [-0.527, 0.105]`; on the mixture's
+    # page `gepo − grpo on the whole mixture at lr 0.0005: Δ ...`) is the table's
     rows = re.findall(r"\| ([\d.e-]+) \(\d+ seeds[^|]*\| (\w+ − \w+) \| ([+-]\d\.\d{3}) \[(-?\d\.\d{3}), (-?\d\.\d{3})\] \|", text)
     table = {(float(lr), name): (mean, low, high) for lr, name, mean, low, high in rows}
+    where = r"\s+on\s+the\s+whole\s+mixture" if folder == MIX_PAGE else ""
     quoted = 0
-    for document in QUOTING:
-        for name, lr, mean, low, high in re.findall(r"(\w+ − \w+) at lr ([\d.e-]+):\s+Δ\s+([+-]\d\.\d{3})\s+\[(-?\d\.\d{3}),\s+(-?\d\.\d{3})\]",
+    for document in QUOTING:  # a quote may break across lines anywhere a space stands
+        for name, lr, mean, low, high in re.findall(rf"(\w+\s+−\s+\w+){where}\s+at\s+lr\s+([\d.e-]+):\s+Δ\s+([+-]\d\.\d{{3}})\s+\[(-?\d\.\d{{3}}),\s+(-?\d\.\d{{3}})\]",
                                                     document.read_text()):
+            name = " ".join(name.split())
             assert table[float(lr), name] == (mean, low, high), (document.name, name, lr)
             quoted += 1
-    assert quoted >= 2 * len([pair for pair in PRIMARY if f"| {pair[0]} − {pair[1]} |" in text])  # the study doc and the results page
+    assert quoted >= 2 * len({name for _, name in table})  # each contrast of the table: the study doc and the results page

@@ -139,6 +139,18 @@ def test_each_method_is_reported_at_its_trained_length_and_the_cap_with_its_seed
     assert "At the floor (held-out sampled <= 0.001 at the cap): edge seeds 1." in text
 
 
+def test_a_page_without_evaluations_at_another_length_still_shows_both_lengths(tmp_path):
+    # no eval_len16.json: a method trained at the cap (edge, 128) has its one number in both columns; one trained
+    # shorter (grpo, 16) whose page of before evaluated it at the cap only shows "-" at its own length, not the cap's
+    config = _study(tmp_path)
+    text = study_report.report_markdown(study_report.summarize(config))
+    assert "### Both evaluation lengths" in text
+    row = next(line for line in text.splitlines() if line.startswith("| edge | 128 |"))
+    cells = row.strip("|").split("|")
+    assert [cell.strip() for cell in cells[2:4]] == [cell.strip() for cell in cells[5:7]] != ["-", "-"]
+    assert next(line for line in text.splitlines() if line.startswith("| grpo | 16 |")).startswith("| grpo | 16 | - | - | - |")
+
+
 def test_the_seeds_a_contrast_needs_for_an_mdd_of_0_05():
     # SD 0.05: n = 10 gives (2.262 + 0.883) * 0.05 / sqrt(10) = 0.0497; n = 9 gives (2.306 + 0.889) * 0.05 / 3 = 0.0533
     assert checks.seeds_needed(0.05) == 10

@@ -243,13 +243,14 @@ def markdown(report: dict) -> list[str]:
                          for method, row in found["methods"].items()])
         lines += [""]
     found = report.get("lengths")
-    if found and any(row["at_own"] for row in found["methods"].values()):
+    if found:
         lines += ["### Both evaluation lengths (held-out, mean over seeds)", "",
                   "Each method evaluated at the length it trained with and at the common cap (the longest any method trains "
-                  "with); a method that trains at the cap has one number.", ""]
+                  "with); a method that trains at the cap has one number, in both columns.", ""]
         rows = []
         for method, row in found["methods"].items():
-            own = row["at_own"] or row["at_cap"]
+            # at the cap the one evaluation is at both lengths; a page of before evaluated nothing at another length
+            own = row["at_own"] or (row["at_cap"] if row["trained_length"] == row["cap"] else None)
             cap = row["at_cap"]
             rows.append([method, str(row["trained_length"]), _number(own and own["sampled"]), _number(own and own["greedy"]),
                          _number(own and own["greedy_capped"]), _number(cap and cap["sampled"]), _number(cap and cap["greedy"]),
