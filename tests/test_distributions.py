@@ -57,4 +57,4 @@ def test_the_labs_wheel_holds_the_lab_and_registers_its_commands(wheels):
         "study", "=", "edge_verl_lab.cli:STUDY",
     ]
     requires = [line for line in wheel.read("edge_verl_lab-0.1.0.dist-info/METADATA").decode().splitlines() if line.startswith("Requires-Dist")]
-    assert requires == ["Requires-Dist: edge-verl==0.1.0", "Requires-Dist: matplotlib>=3.7"]
+    assert requires == ["Requires-Dist: edge-verl==0.1.0", "Requires-Dist: matplotlib>=3.7", "Requires-Dist: scipy>=1.7"]
