@@ -528,7 +528,7 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
             present(
                 "edge_verl/adv/var",
                 "edge_verl/adv/zero_variance_group_frac",
-                *(f"edge_verl/{name}/{stat}" for name in ("edge_eda", "gepo") for stat in ("adv_var_before", "adv_var_after")),
+                *(f"edge_verl/{name}/{stat}" for name in estimator_names() for stat in ("adv_var_before", "adv_var_after")),
                 "edge_verl/gec/sampled/adv_var",
             ),
         ),

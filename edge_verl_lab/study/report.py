@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 from edge_verl_lab.demo import task as tasks
 from edge_verl_lab.demo.run import trained_steps
 from edge_verl_lab.experiment import source_commit
+from edge_verl.estimators import names as estimator_names
 from edge_verl.methods import get_method
 from edge_verl_lab.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
 from edge_verl_lab.study.config import (
@@ -124,7 +125,7 @@ class Column:
 
 
 # The as-sampled statistics of a run: its estimator's own, or GRPO's advantage_stats.
-_BEFORE = (("edge_eda", "edge_verl/edge_eda/adv_var_before"), ("gepo", "edge_verl/gepo/adv_var_before"))
+_BEFORE = tuple((name, f"edge_verl/{name}/adv_var_before") for name in estimator_names())
 COLUMNS = (
     Column("heldout_acc", "held-out acc", "accuracy on the held-out problems after the last step", split="heldout"),
     Column("seen_acc", "seen acc", "accuracy on the seen (training) problems after the last step", split="seen"),
