@@ -144,11 +144,11 @@ class GecConfig(Options):
     )
     reflection_phrase: str = option(
         REFLECTION_PHRASE,
-        description='the paper\'s texts; answer_template must contain "{answer}".',
+        description="the paper's phrase the regenerate branch appends before its continuation; non-empty.",
     )
     answer_template: str = option(
         ANSWER_TEMPLATE,
-        description='the paper\'s texts; answer_template must contain "{answer}".',
+        description='the paper\'s text the inject_answer branch appends; must contain "{answer}".',
     )
     missing_solution: Literal[MISSING_SOLUTIONS] = option(
         "regenerate",
