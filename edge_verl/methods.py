@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from edge_verl.estimators import names as estimator_names
-from edge_verl.names import GEC_AGENT_LOOP
+from edge_verl.algorithms import GEC_AGENT_LOOP
 
 GRPO = "grpo"  # verl's built-in estimator, the baseline of both papers
 EDA_ESTIMATOR, GEPO_ESTIMATOR = "edge_eda", "gepo"  # the estimators the papers' methods use (edge_verl/estimators/)

@@ -10,7 +10,6 @@ import inspect
 import json
 from typing import Any
 
-from edge_verl import names
 from edge_verl.algorithms.gec import GecConfig
 from edge_verl.config import MetricsConfig, SeedingConfig, option_specs
 from edge_verl.estimators.base import ESTIMATORS
@@ -35,9 +34,9 @@ def option_sections() -> dict[str, type]:
     """``algorithm.<section>`` -> its config class: every estimator of the registry (``estimators.base.ESTIMATORS``:
     the package's, then any registered from outside it), GEC, the extra metrics and the seeding of reproducible runs."""
     sections = {name: entry.config for name, entry in ESTIMATORS.items()}
-    sections[names.GEC_SECTION] = GecConfig
-    sections[names.METRICS_SECTION] = MetricsConfig
-    sections[names.SEEDING_SECTION] = SeedingConfig
+    sections[GecConfig.section] = GecConfig
+    sections[MetricsConfig.section] = MetricsConfig
+    sections[SeedingConfig.section] = SeedingConfig
     return sections
 
 

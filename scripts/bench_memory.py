@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, without install
 
-from edge_verl import names  # noqa: E402
+from edge_verl.algorithms.tiled_head import TILED_HEAD_BACKEND  # noqa: E402
 from edge_verl.integration.cpu.overrides import CPU_ISA_ENV, PEAK_PER_PASS_ENV  # noqa: E402
 from edge_verl_lab.demo.run import DemoConfig, run_demo, trained_steps  # noqa: E402
 
@@ -65,7 +65,7 @@ FUSED = "actor_rollout_ref.model.use_fused_kernels=True"
 BACKEND = "actor_rollout_ref.model.fused_kernel_options.impl_backend"
 HEADS = {
     "eager": (),
-    "edge_tiled": (FUSED, f"{BACKEND}={names.TILED_HEAD_BACKEND}"),
+    "edge_tiled": (FUSED, f"{BACKEND}={TILED_HEAD_BACKEND}"),
     "verl_torch": (FUSED, f"{BACKEND}=torch"),
 }
 UPDATE_PEAK = "actor/perf/max_memory_allocated_gb"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from edge_verl import names
+from edge_verl.algorithms.gec import GecConfig
+from edge_verl.config import MetricsConfig, SeedingConfig
 from edge_verl.cli import main
 from edge_verl.conf import OPTIONS_CONFIG, options_node
 from edge_verl.config import declared
@@ -33,7 +34,7 @@ def test_the_committed_page_is_the_one_the_code_writes(capsys):
 
 
 def test_the_sections_are_those_a_run_reads_and_the_shipped_config_holds():
-    assert list(option_sections()) == [*estimator_names(), names.GEC_SECTION, names.METRICS_SECTION, names.SEEDING_SECTION]
+    assert list(option_sections()) == [*estimator_names(), GecConfig.section, MetricsConfig.section, SeedingConfig.section]
     assert set(options_node()["algorithm"]) == set(option_sections())
     for name in ("edge_ppo_trainer", "edge_ppo_megatron_trainer"):  # each takes the options' config (edge_verl.conf)
         assert OPTIONS_CONFIG in OmegaConf.load(ROOT / "edge_verl" / "conf" / f"{name}.yaml").defaults, name

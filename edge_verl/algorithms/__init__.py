@@ -2,3 +2,8 @@
 
 No verl, ray, hydra or omegaconf import here; randomness comes in as an argument.
 """
+
+# GEC's agent loop in verl's agent-loop registry, selected per training row by the data's ``agent_name`` column
+# (``gec.py``; its options live under ``algorithm.edge_gec``). Here, not in ``gec.py``, so that the methods'
+# definitions and the data preparation name it without importing torch.
+GEC_AGENT_LOOP = "edge_gec"

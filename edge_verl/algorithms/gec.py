@@ -2,7 +2,7 @@
 actor loss. Pure Python and torch, no verl.
 
 Which responses are corrected and how. Everything in the first part is a decision on booleans, strings and
-token ids; the verl agent loop (``edge_verl.integration.gec_agent_loop``) grades, generates and carries the decisions
+token ids; the verl agent loop (``edge_verl.integration.rollout``) grades, generates and carries the decisions
 out on tokens.
 
 Differs from plain GRPO rollouts: every incorrect response (or, optionally, only those of all-wrong
@@ -13,7 +13,7 @@ groups) is, independently,
   is \\boxed{ANSWER}." is appended;
 - replaced by the reference solution (p = 0.25).
 Randomness is an explicit ``random.Random`` keyed on (seed, the response's identity): in verl the response's
-sampling seed (``algorithms/seeds.py``: run seed, step, prompt identity, sample index), so a decision depends
+sampling seed (``config.response_seed``: run seed, step, prompt identity, sample index), so a decision depends
 neither on the order in which asynchronous rollouts finish nor on verl's random uid.
 
 The reviewers' controls decided here (the loop carries them out):
@@ -50,14 +50,21 @@ from typing import Any, ClassVar, Collection, Iterator, Literal, Mapping, Option
 import torch
 from pydantic import field_validator, model_validator
 
-from edge_verl.algorithms.seeds import keyed_rng
-from edge_verl.config import Options, _check_finite, option
+from edge_verl.config import Options, _check_finite, keyed_rng, option
 from edge_verl.estimators.base import advantage_statistics, as_sampled_statistics, response_valid
 
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"
 REPLACE_SOLUTION = "replace_solution"
 BRANCHES = (REGENERATE, INJECT_ANSWER, REPLACE_SOLUTION)
+
+# ``AgentLoopOutput.extra_fields`` key under which the loop reports each response's correction.
+GEC_INFO_KEY = "edge_verl_gec"
+# GEC in the actor loss: the per-token origin code of every response token (``ORIGINS``), written at the advantage
+# step of a GEC run next to the advantages, and the batch-level options the loss treats GEC's injected tokens with
+# (edge_gec.injected_loss, sft_coef).
+GEC_ORIGIN_COLUMN = "edge_gec_token_origin"
+GEC_LOSS_OPTIONS_KEY = "edge_gec_loss_options"
 
 REFLECTION_PHRASE = " Wait! Something is wrong here."
 # "{answer}" is the only placeholder; everything else is literal text.
@@ -198,7 +205,7 @@ class GecConfig(Options):
             'the reward of a placebo-corrected response (read only with answer_source=placebo). "as_gold" '
             "(default): what its gold twin earns, the same branch on the same first sample with this row's own "
             "answer / solution, graded by the run's reward function as verl's reward loop would grade it "
-            "(``integration.gec_agent_loop``); a placebo is applied only where its twin fits, as the gold run's "
+            "(``integration.rollout``); a placebo is applied only where its twin fits, as the gold run's "
             "correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected "
             'content differs: the placebo that tests "the right answer is what helps", hence the default. Needs '
             'verl\'s ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the '
@@ -438,7 +445,7 @@ class CorrectionRecord:
         if missing or unknown:
             raise ValueError(
                 f"GEC record with missing key(s) {missing} and unknown key(s) {unknown}: the agent loop "
-                "(edge_verl/integration/gec_agent_loop.py) and CorrectionRecord must agree on every field name."
+                "(edge_verl/integration/rollout.py) and CorrectionRecord must agree on every field name."
             )
         return cls(**info)
 
@@ -654,7 +661,7 @@ class GroupRendezvous:
     A group exists only while one of its responses waits: every waiter leaves in ``finally`` (all verdicts
     in, timeout, cancellation) and the last one removes the group, so no verdict outlives the rollout that
     produced it and the same uid in a later step starts afresh. Who owns one follows how the framework
-    schedules a group's responses: verl's agent loop one per event loop (``integration.gec_agent_loop``),
+    schedules a group's responses: verl's agent loop one per event loop (``integration.rollout``),
     OpenRLHF's executor one per executor (``openrlhf.gec_executor``).
     """
 

@@ -31,6 +31,9 @@ from typing import Optional
 
 import torch
 
+# verl's ``actor_rollout_ref.model.fused_kernel_options.impl_backend`` value that selects this head (with
+# ``actor_rollout_ref.model.use_fused_kernels=True``; ``integration/fused_head.py`` puts it behind verl's seam).
+TILED_HEAD_BACKEND = "edge_tiled"
 TOKEN_CHUNK = 1024
 VOCAB_BLOCK = 8192
 

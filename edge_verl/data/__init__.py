@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from edge_verl.names import GEC_AGENT_LOOP as GEC_AGENT
+from edge_verl.algorithms import GEC_AGENT_LOOP as GEC_AGENT
 from edge_verl.methods import GEC_FILE_SUFFIX
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -80,6 +80,17 @@ TOKEN_INPUTS = {
 # verl's key in a batch -> the input's name
 VERL_BATCH_KEYS = {key: name for name, spec in TOKEN_INPUTS.items() for key in spec.batch_keys}
 
+# verl's actor loss as the plugin's loss hook (integration/trainer.py) relies on it, each checked in verl's source by
+# ``integration/internals.py``'s CORE: ppo_loss passes exactly POLICY_LOSS_KEYWORDS to the policy loss by keyword
+# (core_algos.PolicyLossFn), which clamps log(pi_theta / pi_old) to +-LOG_RATIO_CLAMP before exp; VANILLA_POLICY_LOSS
+# is the ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included), the only mode whose clipping GEC's
+# per-origin ``vanilla_clip_frac`` recomputes; verl's trainers prefix the update's metrics with ACTOR_METRIC_PREFIX
+# (``rename_dict``).
+POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
+LOG_RATIO_CLAMP = 20.0
+VANILLA_POLICY_LOSS = "vanilla"
+ACTOR_METRIC_PREFIX = "actor"
+
 
 def batch_token_inputs(batch: Any) -> dict[str, Any]:
     """The per-token inputs a verl batch (a TensorDict, a DataProto's ``batch``, a dict) carries, under their

@@ -1,21 +1,21 @@
 """A run's training state with verl's checkpoints: ``edge_verl_state.json`` in each of verl's ``global_step_N``
 checkpoint folders, written after verl's own checkpoint (``_save_checkpoint``) and read back on resume
-(``_load_checkpoint``, which also creates the run: ``run.start_run``), each estimator's state under its
-``state_key`` (an estimator without state has no file).
+(``_load_checkpoint``, which also creates the run: ``trainer.start_run``), each estimator's state under its
+``state_key`` (an estimator without state has no file). The trainers' wrappers that call these are in
+``trainer.py`` (``wrap_load_checkpoint``, ``wrap_save_checkpoint``); ``run`` is its ``TrainingRun``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Optional
-
-from edge_verl.integration.run import TrainingRun, run_of
+from typing import Any, Optional
 
 STATE_FILE = "edge_verl_state.json"
 
 
-def _resumed_folder(trainer: Any) -> Optional[str]:
+def resumed_folder(trainer: Any) -> Optional[str]:
+    """The checkpoint folder verl's trainer resumed from (None: it started afresh)."""
     if trainer.global_steps <= 0:
         return None
     config = trainer.config.trainer
@@ -24,27 +24,6 @@ def _resumed_folder(trainer: Any) -> Optional[str]:
     else:
         folder = os.path.join(config.default_local_dir, f"global_step_{trainer.global_steps}")
     return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
-
-def wrap_load_checkpoint(original: Callable) -> Callable:
-    def _load_checkpoint(self, *args, **kwargs):
-        run = run_of(self)
-        result = original(self, *args, **kwargs)
-        folder = _resumed_folder(self)
-        if run is not None and folder is not None:
-            restore_run_state(run, folder)
-        return result
-
-    return _load_checkpoint
-
-def wrap_save_checkpoint(original: Callable) -> Callable:
-    def _save_checkpoint(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        run = run_of(self)
-        if run is not None and run.state is not None:
-            save_state(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"), run.state_dict())
-        return result
-
-    return _save_checkpoint
 
 def save_state(checkpoint_dir: str, state: dict) -> str:
     """Write ``state`` atomically into ``checkpoint_dir``; returns the file's path."""
@@ -63,7 +42,7 @@ def read_state(checkpoint_dir: str) -> Optional[dict]:
     with open(path) as handle:
         return json.load(handle)
 
-def restore_run_state(run: TrainingRun, checkpoint_dir: str) -> None:
+def restore_run_state(run: Any, checkpoint_dir: str) -> None:
     """Restore the estimator's training state saved in ``checkpoint_dir`` into ``run`` (nothing to do for an
     estimator without state).
 

@@ -20,11 +20,11 @@ import os
 import subprocess
 import sys
 
+from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.gpu_stack import CudaInfo, describe_gpu_stack, has_module, installed_version
-from edge_verl import names
 from edge_verl.integration.cpu.overrides import CPU_ENV_FLAG, cpu_backend_requested
 
-EXPECTED_AGENT_LOOPS: tuple[str, ...] = (names.GEC_AGENT_LOOP,)
+EXPECTED_AGENT_LOOPS: tuple[str, ...] = (GEC_AGENT_LOOP,)
 
 _PROBE = r"""
 import json, importlib.metadata as md

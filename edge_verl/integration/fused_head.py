@@ -1,7 +1,7 @@
 """The plugin's tiled log-prob + entropy head (``algorithms/tiled_head.py``) behind verl's fused-kernel seam.
 
 A run asks for it with verl's own two keys: ``actor_rollout_ref.model.use_fused_kernels=True`` and
-``actor_rollout_ref.model.fused_kernel_options.impl_backend=edge_tiled`` (``names.TILED_HEAD_BACKEND``).
+``actor_rollout_ref.model.fused_kernel_options.impl_backend=edge_tiled`` (``tiled_head.TILED_HEAD_BACKEND``).
 verl 0.9.1's FSDP engine hands that backend to ``monkey_patch.patch_forward_with_backends``, which installs the
 model's fused forward; that forward computes the last hidden states and asks
 ``torch_functional.FusedLinearForPPO(impl_backend=model._verl_fused_kernels_backend)`` for the per-token
@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from edge_verl import names
-from edge_verl.algorithms.tiled_head import tiled_log_prob_entropy
+from edge_verl.algorithms.tiled_head import TILED_HEAD_BACKEND, tiled_log_prob_entropy
 from edge_verl.integration.internals import CORE
 
 logger = logging.getLogger(__name__)
@@ -32,10 +31,10 @@ logger = logging.getLogger(__name__)
 
 def _make_patch_forward_with_backends(original: Callable) -> Callable:
     def patch_forward_with_backends(model, use_fused_kernels: bool = False, fused_kernels_backend: str = None):
-        if fused_kernels_backend != names.TILED_HEAD_BACKEND or not use_fused_kernels:
+        if fused_kernels_backend != TILED_HEAD_BACKEND or not use_fused_kernels:
             return original(model, use_fused_kernels=use_fused_kernels, fused_kernels_backend=fused_kernels_backend)
         original(model, use_fused_kernels=True, fused_kernels_backend="torch")
-        model._verl_fused_kernels_backend = names.TILED_HEAD_BACKEND
+        model._verl_fused_kernels_backend = TILED_HEAD_BACKEND
         logger.warning("edge_verl: the tiled head computes log-probs and entropy in %s", type(model).__name__)
         return None
 
@@ -47,14 +46,14 @@ def _make_fused_linear(original: type) -> type:
         """verl's ``FusedLinearForPPO``, with ``impl_backend="edge_tiled"`` served by ``tiled_log_prob_entropy``."""
 
         def __init__(self, chunk_size: int = 512, impl_backend: str = "torch"):
-            if impl_backend != names.TILED_HEAD_BACKEND:
+            if impl_backend != TILED_HEAD_BACKEND:
                 super().__init__(chunk_size=chunk_size, impl_backend=impl_backend)
                 return
             torch.nn.Module.__init__(self)  # verl's own constructor refuses a backend it does not know
             self.chunk_size, self.impl_backend = chunk_size, impl_backend
 
         def forward(self, hidden_states, vocab_weights, input_ids, temperature: float = 1.0):
-            if self.impl_backend != names.TILED_HEAD_BACKEND:
+            if self.impl_backend != TILED_HEAD_BACKEND:
                 return super().forward(hidden_states, vocab_weights, input_ids, temperature)
             return tiled_log_prob_entropy(hidden_states, vocab_weights, input_ids, temperature)
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Union
 
-from edge_verl import names
 from edge_verl.source_checks import (
     Relied,
     calls_by_keyword,
@@ -40,9 +39,6 @@ from edge_verl.source_checks import (
     sets_keys_before,
 )
 
-# verl clamps log(pi_theta / pi_old) to this range before exp (core_algos.compute_policy_loss_vanilla); the loss
-# hook's GEC diagnostics (integration/trainer.py) compute the ratio the same way, and CORE checks verl's source for it.
-LOG_RATIO_CLAMP = 20.0
 
 InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 # The mark a replacement carries: the (module, path) entry it was installed under.
@@ -184,149 +180,160 @@ def find_internal_mismatches(table: InternalsTable) -> list[str]:
     return check_internals(table).problems
 
 
-_ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
-_PPO_LOSS = ("config", "model_output", "data", "dp_group")
-# verl's policy-loss convention (core_algos.PolicyLossFn): ppo_loss passes exactly these by keyword, and
-# every registered loss takes them; the loss hook reads old_log_prob, log_prob, advantages, response_mask, config.
-POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
-# The actor loss's metric keys reach the trainer prefixed by verl's rename_dict (the hook writes gec/..., edge_eda/...).
-_PREFIXES_ACTOR_METRICS = calls_with_constant("rename_dict", f"{names.ACTOR_METRIC_PREFIX}/")
-# GEC's placebo rewarded as gold (gec_agent_loop.naive_reward, preflight.check_placebo_reward): the agent loop
-# skips its reward loop for a response whose reward_score is set; the batch takes every response's extra-info
-# keys from the first; the naive manager builds the reward function's extra_info and turns its result into
-# reward_score and reward_extra_info as mirrored; verl scores in the agent loop only without a reward model
-# (legacy: ray_trainer's enable_agent_reward_loop; v1: the reward loop manager's handles), and the v1 trainer
-# turns a set reward_score into rm_scores.
-_REWARD_ONLY_IF_UNSET = calls_only_if(".compute_score.remote", "final_output.reward_score is None")
-_EXTRA_INFO_KEYS_OF_FIRST = (
-    contains_code("reward_extra_infos = [input.extra_fields.get('reward_extra_info', {}) for input in inputs]"),
-    contains_code("reward_extra_keys = list(reward_extra_infos[0].keys())"),
-)
-_NAIVE_REWARD = (
-    contains_code("extra_info.update(tool_extra_fields.items())"),
-    contains_code("extra_info['num_turns'] = num_turns"),
-    contains_code("extra_info['rollout_reward_scores'] = rollout_reward_scores"),
-    contains_code("response_str = await self.loop.run_in_executor(None, lambda: self.tokenizer.decode(valid_response_ids, skip_special_tokens=True))"),
-    contains_code("reward_extra_info[key] = value"),
-    contains_code("reward_extra_info['acc'] = score"),
-    contains_code("return {'reward_score': reward, 'reward_extra_info': reward_extra_info}"),
-)
+def _core_table() -> "PatchTable":
+    """``CORE``, built on first use: its entries hold verl's loss constants as the plugin declares them
+    (``estimators/base.py``, which imports torch), and the CPU plugin imports this module before anything else,
+    with nothing imported that it may have to hide (``cpu/plugin.py``)."""
+    from edge_verl.estimators.base import ACTOR_METRIC_PREFIX, LOG_RATIO_CLAMP, POLICY_LOSS_KEYWORDS, VANILLA_POLICY_LOSS
 
-CORE = PatchTable(
-    layer="core plugin",
-    patched={
-        "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
-        # legacy trainer (integration/legacy_trainer.py, LegacyAdapter)
-        "verl.trainer.ppo.ray_trainer": {
-            "compute_advantage": _ADVANTAGE,
-            "compute_data_metrics": ("batch", "use_critic"),
-            "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
-            "RayPPOTrainer._update_actor": ("self", "batch", _PREFIXES_ACTOR_METRICS),
-            "RayPPOTrainer._load_checkpoint": ("self",),
-            "RayPPOTrainer._save_checkpoint": ("self",),
-            "RayPPOTrainer.fit": ("self",),
+    _ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
+    _PPO_LOSS = ("config", "model_output", "data", "dp_group")
+    # The actor loss's metric keys reach the trainer prefixed by verl's rename_dict (the hook writes gec/..., edge_eda/...).
+    _PREFIXES_ACTOR_METRICS = calls_with_constant("rename_dict", f"{ACTOR_METRIC_PREFIX}/")
+    # GEC's placebo rewarded as gold (rollout.naive_reward, preflight.check_placebo_reward): the agent loop
+    # skips its reward loop for a response whose reward_score is set; the batch takes every response's extra-info
+    # keys from the first; the naive manager builds the reward function's extra_info and turns its result into
+    # reward_score and reward_extra_info as mirrored; verl scores in the agent loop only without a reward model
+    # (legacy: ray_trainer's enable_agent_reward_loop; v1: the reward loop manager's handles), and the v1 trainer
+    # turns a set reward_score into rm_scores.
+    _REWARD_ONLY_IF_UNSET = calls_only_if(".compute_score.remote", "final_output.reward_score is None")
+    _EXTRA_INFO_KEYS_OF_FIRST = (
+        contains_code("reward_extra_infos = [input.extra_fields.get('reward_extra_info', {}) for input in inputs]"),
+        contains_code("reward_extra_keys = list(reward_extra_infos[0].keys())"),
+    )
+    _NAIVE_REWARD = (
+        contains_code("extra_info.update(tool_extra_fields.items())"),
+        contains_code("extra_info['num_turns'] = num_turns"),
+        contains_code("extra_info['rollout_reward_scores'] = rollout_reward_scores"),
+        contains_code("response_str = await self.loop.run_in_executor(None, lambda: self.tokenizer.decode(valid_response_ids, skip_special_tokens=True))"),
+        contains_code("reward_extra_info[key] = value"),
+        contains_code("reward_extra_info['acc'] = score"),
+        contains_code("return {'reward_score': reward, 'reward_extra_info': reward_extra_info}"),
+    )
+
+    return PatchTable(
+        layer="core plugin",
+        patched={
+            "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
+            # legacy trainer (integration/legacy_trainer.py, LegacyAdapter)
+            "verl.trainer.ppo.ray_trainer": {
+                "compute_advantage": _ADVANTAGE,
+                "compute_data_metrics": ("batch", "use_critic"),
+                "RayPPOTrainer._compute_old_log_prob": ("self", "batch"),
+                "RayPPOTrainer._update_actor": ("self", "batch", _PREFIXES_ACTOR_METRICS),
+                "RayPPOTrainer._load_checkpoint": ("self",),
+                "RayPPOTrainer._save_checkpoint": ("self",),
+                "RayPPOTrainer.fit": ("self",),
+            },
+            # v1 trainer (integration/trainer.py, V1Adapter)
+            "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
+            "verl.trainer.ppo.v1.trainer_base": {
+                "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
+                "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
+                "PPOTrainer._update_actor": ("self", "batch", "metrics", _PREFIXES_ACTOR_METRICS),
+                "PPOTrainer._load_checkpoint": ("self",),
+                "PPOTrainer._save_checkpoint": ("self",),
+                "PPOTrainer._build_replay_buffer": ("self",),
+            },
+            # the agent loops (legacy: the sample index column; rollout.py: a seed per response, every agent loop)
+            "verl.experimental.agent_loop.agent_loop": {
+                "AgentLoopManager.generate_sequences": ("self", "prompts"),
+                "AgentLoopWorker._run_agent_loop": ("self", "sampling_params", "trajectory"),
+            },
+            # v1's update batch in (prompt, sample index) order, not completion order (trainer.py)
+            "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
+            # the actor loss (integration/trainer.py), and the modules that bind ppo_loss by name at import.
+            # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
+            # which ppo_loss sets per micro-batch before it calls the policy loss.
+            "verl.workers.utils.losses": {
+                "ppo_loss": (
+                    *_PPO_LOSS,
+                    sets_keys_before("config.global_batch_info", ("dp_size", "batch_num_tokens"), "policy_loss_fn"),
+                    calls_by_keyword("policy_loss_fn", POLICY_LOSS_KEYWORDS),
+                ),
+                "get_policy_loss_fn": ("name",),
+            },
+            "verl.workers.engine_workers": {"ppo_loss": _PPO_LOSS},
+            # the tiled head behind verl's fused-kernel seam (integration/fused_head.py): verl's torch-backend forward
+            # installed for the plugin's backend name, and the class that forward builds its head from
+            "verl.models.transformers.monkey_patch": {"patch_forward_with_backends": ("model", "use_fused_kernels", "fused_kernels_backend")},
+            "verl.utils.experimental.torch_functional": {"FusedLinearForPPO": ("chunk_size", "impl_backend")},
+            "verl.trainer.distillation.losses": {"ppo_loss": _PPO_LOSS},
         },
-        # v1 trainer (integration/trainer.py, V1Adapter)
-        "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
-        "verl.trainer.ppo.v1.trainer_base": {
-            "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
-            "PPOTrainer._compute_metrics": ("self", "batch", "metrics"),
-            "PPOTrainer._update_actor": ("self", "batch", "metrics", _PREFIXES_ACTOR_METRICS),
-            "PPOTrainer._load_checkpoint": ("self",),
-            "PPOTrainer._save_checkpoint": ("self",),
-            "PPOTrainer._build_replay_buffer": ("self",),
+        read={
+            "verl.trainer.ppo.core_algos": {
+                "register_adv_est": ("name_or_enum",),
+                "get_adv_estimator_fn": ("name_or_enum",),
+                "ADV_ESTIMATOR_REGISTRY": (),
+                "POLICY_LOSS_REGISTRY": (registry_of(POLICY_LOSS_KEYWORDS, **{VANILLA_POLICY_LOSS: "compute_policy_loss_vanilla"}),),
+                # GEC's per-origin ratio statistics recompute verl's ratio, and its vanilla_clip_frac verl's clipping
+                "compute_policy_loss_vanilla": (*POLICY_LOSS_KEYWORDS, clamps("negative_approx_kl", -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)),
+            },
+            # what the loss hook reads of the actor config (clip range and dual clip for vanilla_clip_frac)
+            "verl.workers.config.actor": {
+                "ActorConfig": ("global_batch_info", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss"),
+            },
+            "verl.trainer.ppo.v1.replay_buffer": {
+                "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
+            },
+            "verl.trainer.ppo.v1.trainer_base": {
+                "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
+                "tq.kv_batch_put": ("keys", "partition_id", "fields"),
+                "KVBatchMeta": ("keys", "tags", "partition_id"),
+            },
+            "verl.experimental.agent_loop.agent_loop": {
+                "register": ("agent_name",),
+                "_agent_loop_registry": (),
+                "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
+                "AgentLoopOutput.as_dict": ("self", contains_code("rm_scores[-1] = reward_score")),
+                "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
+                "AgentLoopWorker._compute_score": ("self", "outputs", "kwargs", _REWARD_ONLY_IF_UNSET),
+                "AgentLoopWorker._postprocess": ("self", "inputs", *_EXTRA_INFO_KEYS_OF_FIRST),
+            },
+            "verl.experimental.reward_loop.reward_manager.naive": {"NaiveRewardManager.run_single": ("self", "data", *_NAIVE_REWARD)},
+            "verl.experimental.reward_loop.reward_loop": {
+                "RewardLoopManager.reward_loop_worker_handles": (
+                    contains_code("not self.config.reward.reward_model.enable or self.config.reward.reward_model.enable_resource_pool"),
+                ),
+            },
+            "verl.trainer.ppo.ray_trainer": {
+                "RayPPOTrainer.init_workers": ("self", contains_code("enable_agent_reward_loop = not self.use_rm or self.config.reward.reward_model.enable_resource_pool")),
+            },
+            "verl.workers.config.reward": {"RewardManagerConfig": ("source", "name"), "RewardModelConfig": ("enable", "enable_resource_pool")},
+            "verl.experimental.agent_loop.single_turn_agent_loop": {"SingleTurnAgentLoop.run": ("self", "sampling_params")},
+            # the GEC loop's end tokens: the model's generation config, read as verl's HFModelConfig reads it
+            "verl.utils.model": {"get_generation_config": ("model", "trust_remote_code")},
+            "verl.utils.fs": {"copy_to_local": ("src",)},
+            "verl.trainer.ppo.reward": {
+                "get_custom_reward_fn": ("config",),
+                # the naive manager's reward function is the run's custom one, as GEC's
+                "load_reward_manager": ("config", "tokenizer", contains_code("compute_score = get_custom_reward_fn(config)")),
+            },
+            "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
+            "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
+            # the fused forward looks the head's class up at call time, with the backend the model was marked with;
+            # apply_monkey_patch hands the engine's backend to patch_forward_with_backends by keyword
+            "verl.models.transformers.dense_common": {
+                "forward_with_torch_backend": (
+                    "self", "input_ids",
+                    contains_code("from verl.utils.experimental.torch_functional import FusedLinearForPPO"),
+                    contains_code("fused_linear_for_ppo = FusedLinearForPPO(impl_backend=getattr(self, '_verl_fused_kernels_backend', 'torch'))"),
+                ),
+            },
+            "verl.models.transformers.monkey_patch": {
+                "apply_monkey_patch": (
+                    "model",
+                    contains_code("patch_forward_with_backends(model, use_fused_kernels=use_fused_kernels, fused_kernels_backend=fused_kernels_backend)"),
+                ),
+            },
+            "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},
         },
-        # the agent loops (legacy: the sample index column; seeding.py: a seed per response, every agent loop)
-        "verl.experimental.agent_loop.agent_loop": {
-            "AgentLoopManager.generate_sequences": ("self", "prompts"),
-            "AgentLoopWorker._run_agent_loop": ("self", "sampling_params", "trajectory"),
-        },
-        # v1's update batch in (prompt, sample index) order, not completion order (seeding.py)
-        "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
-        # the actor loss (integration/trainer.py), and the modules that bind ppo_loss by name at import.
-        # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
-        # which ppo_loss sets per micro-batch before it calls the policy loss.
-        "verl.workers.utils.losses": {
-            "ppo_loss": (
-                *_PPO_LOSS,
-                sets_keys_before("config.global_batch_info", ("dp_size", "batch_num_tokens"), "policy_loss_fn"),
-                calls_by_keyword("policy_loss_fn", POLICY_LOSS_KEYWORDS),
-            ),
-            "get_policy_loss_fn": ("name",),
-        },
-        "verl.workers.engine_workers": {"ppo_loss": _PPO_LOSS},
-        # the tiled head behind verl's fused-kernel seam (integration/fused_head.py): verl's torch-backend forward
-        # installed for the plugin's backend name, and the class that forward builds its head from
-        "verl.models.transformers.monkey_patch": {"patch_forward_with_backends": ("model", "use_fused_kernels", "fused_kernels_backend")},
-        "verl.utils.experimental.torch_functional": {"FusedLinearForPPO": ("chunk_size", "impl_backend")},
-        "verl.trainer.distillation.losses": {"ppo_loss": _PPO_LOSS},
-    },
-    read={
-        "verl.trainer.ppo.core_algos": {
-            "register_adv_est": ("name_or_enum",),
-            "get_adv_estimator_fn": ("name_or_enum",),
-            "ADV_ESTIMATOR_REGISTRY": (),
-            "POLICY_LOSS_REGISTRY": (registry_of(POLICY_LOSS_KEYWORDS, **{names.VANILLA_POLICY_LOSS: "compute_policy_loss_vanilla"}),),
-            # GEC's per-origin ratio statistics recompute verl's ratio, and its vanilla_clip_frac verl's clipping
-            "compute_policy_loss_vanilla": (*POLICY_LOSS_KEYWORDS, clamps("negative_approx_kl", -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)),
-        },
-        # what the loss hook reads of the actor config (clip range and dual clip for vanilla_clip_frac)
-        "verl.workers.config.actor": {
-            "ActorConfig": ("global_batch_info", "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "policy_loss"),
-        },
-        "verl.trainer.ppo.v1.replay_buffer": {
-            "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
-        },
-        "verl.trainer.ppo.v1.trainer_base": {
-            "tq.kv_batch_get": ("keys", "partition_id", "select_fields"),
-            "tq.kv_batch_put": ("keys", "partition_id", "fields"),
-            "KVBatchMeta": ("keys", "tags", "partition_id"),
-        },
-        "verl.experimental.agent_loop.agent_loop": {
-            "register": ("agent_name",),
-            "_agent_loop_registry": (),
-            "AgentLoopOutput": ("prompt_ids", "response_ids", "response_mask", "response_logprobs", "reward_score", "extra_fields"),
-            "AgentLoopOutput.as_dict": ("self", contains_code("rm_scores[-1] = reward_score")),
-            "LLMServerClient.generate": ("self", "request_id", "prompt_ids", "sampling_params"),
-            "AgentLoopWorker._compute_score": ("self", "outputs", "kwargs", _REWARD_ONLY_IF_UNSET),
-            "AgentLoopWorker._postprocess": ("self", "inputs", *_EXTRA_INFO_KEYS_OF_FIRST),
-        },
-        "verl.experimental.reward_loop.reward_manager.naive": {"NaiveRewardManager.run_single": ("self", "data", *_NAIVE_REWARD)},
-        "verl.experimental.reward_loop.reward_loop": {
-            "RewardLoopManager.reward_loop_worker_handles": (
-                contains_code("not self.config.reward.reward_model.enable or self.config.reward.reward_model.enable_resource_pool"),
-            ),
-        },
-        "verl.trainer.ppo.ray_trainer": {
-            "RayPPOTrainer.init_workers": ("self", contains_code("enable_agent_reward_loop = not self.use_rm or self.config.reward.reward_model.enable_resource_pool")),
-        },
-        "verl.workers.config.reward": {"RewardManagerConfig": ("source", "name"), "RewardModelConfig": ("enable", "enable_resource_pool")},
-        "verl.experimental.agent_loop.single_turn_agent_loop": {"SingleTurnAgentLoop.run": ("self", "sampling_params")},
-        # the GEC loop's end tokens: the model's generation config, read as verl's HFModelConfig reads it
-        "verl.utils.model": {"get_generation_config": ("model", "trust_remote_code")},
-        "verl.utils.fs": {"copy_to_local": ("src",)},
-        "verl.trainer.ppo.reward": {
-            "get_custom_reward_fn": ("config",),
-            # the naive manager's reward function is the run's custom one, as GEC's
-            "load_reward_manager": ("config", "tokenizer", contains_code("compute_score = get_custom_reward_fn(config)")),
-        },
-        "verl.workers.utils.padding": {"no_padding_2_padding": ("tensor", "data"), "response_to_nested": ("tensor", "response_mask")},
-        "verl.utils.tensordict_utils": {"get_non_tensor_data": ("data", "key", "default")},
-        # the fused forward looks the head's class up at call time, with the backend the model was marked with;
-        # apply_monkey_patch hands the engine's backend to patch_forward_with_backends by keyword
-        "verl.models.transformers.dense_common": {
-            "forward_with_torch_backend": (
-                "self", "input_ids",
-                contains_code("from verl.utils.experimental.torch_functional import FusedLinearForPPO"),
-                contains_code("fused_linear_for_ppo = FusedLinearForPPO(impl_backend=getattr(self, '_verl_fused_kernels_backend', 'torch'))"),
-            ),
-        },
-        "verl.models.transformers.monkey_patch": {
-            "apply_monkey_patch": (
-                "model",
-                contains_code("patch_forward_with_backends(model, use_fused_kernels=use_fused_kernels, fused_kernels_backend=fused_kernels_backend)"),
-            ),
-        },
-        "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},
-    },
-)
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``CORE`` is built once, when first imported (``_core_table``)."""
+    if name == "CORE":
+        globals()["CORE"] = table = _core_table()
+        return table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

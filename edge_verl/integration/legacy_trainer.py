@@ -9,7 +9,7 @@ only moves values the way the legacy ``fit`` carries them:
   (``STEP_METRICS_KEY``), which ``compute_data_metrics(batch)`` adds to the step's metrics with GEC's and the
   grader's;
 - ``AgentLoopManager.generate_sequences`` numbers each response within its uid group before verl splits the
-  batch over agent-loop workers (each response's seed, ``seeding.py``, and GEC's decisions then do not depend
+  batch over agent-loop workers (each response's seed, ``rollout.py``, and GEC's decisions then do not depend
   on the split; v1 passes ``session_id`` instead);
 - ``fit`` makes the run current for those two module-level functions, which have no reference to the trainer.
 """
@@ -20,12 +20,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from edge_verl import names
+from edge_verl.algorithms.gec import GEC_INFO_KEY
+from edge_verl.config import SAMPLE_INDEX_COLUMN
 from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.integration.internals import CORE
-from edge_verl.integration.checkpoint import wrap_load_checkpoint, wrap_save_checkpoint
-from edge_verl.integration.run import active_run, advantage_step, current_run, run_of
-from edge_verl.integration.trainer import after_actor_update, compute_advantage_in_step, gec_advantage_outputs, gec_metrics, grader_metrics
+from edge_verl.integration.trainer import (
+    REWARD_GRADER_KEY, active_run, advantage_step, after_actor_update, compute_advantage_in_step, current_run, gec_advantage_outputs,
+    gec_metrics, grader_metrics, run_of, wrap_load_checkpoint, wrap_save_checkpoint,
+)
 
 # The old policy's per-token entropy, copied under this column before verl pops ``entropys``.
 ENTROPY_COPY_KEY = "edge_verl_entropys"
@@ -73,7 +75,7 @@ class LegacyAdapter:
             copy = data.batch.pop(ENTROPY_COPY_KEY) if ENTROPY_COPY_KEY in data.batch.keys() else None
             with advantage_step(run, entropy=copy) as step:
                 data = compute_advantage_in_step(original, step, data, (adv_estimator, *args), kwargs)
-            infos = data.non_tensor_batch.get(names.GEC_INFO_KEY)
+            infos = data.non_tensor_batch.get(GEC_INFO_KEY)
             if run is not None and run.gec_enabled and infos is not None:
                 batch = data.batch
                 scores = batch["token_level_scores"].sum(dim=-1)
@@ -95,9 +97,9 @@ class LegacyAdapter:
             if run is None:
                 return metrics
             metrics.update(batch.meta_info.pop(STEP_METRICS_KEY, {}))
-            if run.grader_metrics and names.REWARD_GRADER_KEY in batch.non_tensor_batch:
-                metrics.update(grader_metrics(batch.non_tensor_batch[names.REWARD_GRADER_KEY]))
-            infos = batch.non_tensor_batch.get(names.GEC_INFO_KEY)
+            if run.grader_metrics and REWARD_GRADER_KEY in batch.non_tensor_batch:
+                metrics.update(grader_metrics(batch.non_tensor_batch[REWARD_GRADER_KEY]))
+            infos = batch.non_tensor_batch.get(GEC_INFO_KEY)
             if run.gec_enabled and infos is not None:  # agent-loop extra_fields are non-tensor columns here
                 old_log_probs = batch.batch["old_log_probs"] if "old_log_probs" in batch.batch.keys() else None
                 scores = batch.batch["token_level_scores"].sum(dim=-1)
@@ -133,7 +135,7 @@ class LegacyAdapter:
             training = not prompts.meta_info.get("validate", False)
             numbered = run is not None and (run.seeding.enable or (run.gec_enabled and training))
             if numbered and "uid" in prompts.non_tensor_batch:
-                prompts.non_tensor_batch[names.SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
+                prompts.non_tensor_batch[SAMPLE_INDEX_COLUMN] = sample_index_within_group(prompts.non_tensor_batch["uid"])
             return original(self, prompts, *args, **kwargs)
 
         return generate_sequences

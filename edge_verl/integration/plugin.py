@@ -19,12 +19,11 @@ from typing import Any, Callable
 from wrapt import register_post_import_hook
 
 from edge_verl.estimators import import_feature_modules
-from edge_verl.integration import fused_head, run, seeding, trainer
+from edge_verl.integration import fused_head, trainer
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.preflight import preflight_or_exit
-from edge_verl.integration.run import plugin_in_use
-from edge_verl.integration.trainer import V1Adapter
+from edge_verl.integration.trainer import V1Adapter, plugin_in_use
 
 
 def _make_validate_config(original: Callable) -> Callable:
@@ -43,28 +42,28 @@ def patch_verl_config(module: Any) -> None:
 
 
 def patch_agent_loop(module: Any) -> None:
-    from edge_verl.integration import gec_agent_loop  # noqa: F401  (@register("edge_gec"))
+    from edge_verl.integration import rollout  # @register("edge_gec") on import
 
     CORE.wrap(module, "AgentLoopManager.generate_sequences", LegacyAdapter.generate_sequences)
-    seeding.install_agent_loop(module)
+    rollout.install_agent_loop(module)
 
 
 def patch_v1_trainer(module: Any) -> None:
     """The v1 trainer's adapter (``trainer.py``; its checkpoints, ``checkpoint.py``) and the seeded update batch's
-    order (``seeding.py``)."""
+    order."""
     V1Adapter.install(module)
-    CORE.wrap(module, "PPOTrainer._build_replay_buffer", seeding.wrap_build_replay_buffer)
+    CORE.wrap(module, "PPOTrainer._build_replay_buffer", trainer.wrap_build_replay_buffer)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
     "verl.workers.utils.losses": trainer.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
-    "verl.trainer.ppo.core_algos": run.register_estimators,
+    "verl.trainer.ppo.core_algos": trainer.register_estimators,
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
     "verl.trainer.ppo.v1.trainer_base": patch_v1_trainer,
-    "verl.trainer.ppo.v1.replay_buffer": seeding.install_replay_buffer,
+    "verl.trainer.ppo.v1.replay_buffer": trainer.install_replay_buffer,
     "verl.models.transformers.monkey_patch": fused_head.patch_monkey_patch,
     "verl.utils.experimental.torch_functional": fused_head.patch_torch_functional,
 }

@@ -7,7 +7,7 @@ answer), and how often GEC's regenerate branch succeeds, in seconds, without ver
 EDGE-GRPO targets the regime where most groups are all wrong at the start (its Hard-1K): at K = 8 and
 p0 = 6%, 0.94^8 = 61% of the groups are. Its GEC premise is a model whose self-reflection is weak but present:
 after a wrong answer, the reflection phrase and a continuation sometimes reach the right answer. The
-regenerate branch is measured as GEC carries it out (``edge_verl.integration.gec_agent_loop``): every wrong
+regenerate branch is measured as GEC carries it out (``edge_verl.integration.rollout``): every wrong
 sample without its end token, then the phrase, then a continuation sampled at the same temperature for up
 to the study's continuation budget, graded by the reward (its last box). ``edge-verl study --calibrate``
 prints this for a grid of warm starts, so the default is chosen by measurement; the study's report prints p0

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from edge_verl.algorithms.seeds import keyed_seed
+from edge_verl.config import keyed_seed
 from edge_verl.algorithms.gec import (
     ANSWER,
     ANSWER_TEMPLATE,

@@ -1,4 +1,4 @@
-"""Seeds keyed on what they are drawn for (edge_verl/algorithms/seeds.py): functions of their key alone."""
+"""Seeds keyed on what they are drawn for (edge_verl/config.py): functions of their key alone."""
 
 import hashlib
 import random
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge_verl.algorithms.seeds import SEED_BITS, derived_seed, keyed_rng, keyed_seed, prompt_key, response_seed
+from edge_verl.config import SEED_BITS, derived_seed, keyed_rng, keyed_seed, prompt_key, response_seed
 
 PROMPT = dict(validate=False, step=3, data_source="math", index=17, prompt='[{"role": "user", "content": "1+1?"}]')
 

@@ -12,8 +12,9 @@ import json
 import os
 from pathlib import Path
 
-from edge_verl.integration.gec_agent_loop import GecAgentLoop
-from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY
+from edge_verl.integration.rollout import GecAgentLoop
+from edge_verl.algorithms import GEC_AGENT_LOOP
+from edge_verl.algorithms.gec import GEC_INFO_KEY
 
 RECORD_ENV = "EDGE_VERL_TEST_GEC_RECORD"
 

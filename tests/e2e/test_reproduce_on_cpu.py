@@ -30,7 +30,7 @@ import pytest
 
 from edge_verl_lab.demo import task
 from edge_verl_lab.demo.run import DemoConfig, prepare_inputs
-from edge_verl.names import GEC_AGENT_LOOP
+from edge_verl.algorithms import GEC_AGENT_LOOP
 from tests.e2e.recipe_runs import ENGINE_LINE, python_environment, reproduce_command, tiny_reproduce_knobs
 from tests.recipe_dry_run import parse
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from edge_verl import names
+from edge_verl.algorithms.tiled_head import TILED_HEAD_BACKEND
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
 from edge_verl_lab.same_run import read_rows, sampled_groups
 from edge_verl_lab.study.cluster import study_cluster
@@ -18,7 +18,7 @@ from tests.e2e.conftest import train_demo
 
 FLOAT32 = ["+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"]
 TILED = ["actor_rollout_ref.model.use_fused_kernels=True",
-         f"actor_rollout_ref.model.fused_kernel_options.impl_backend={names.TILED_HEAD_BACKEND}"]
+         f"actor_rollout_ref.model.fused_kernel_options.impl_backend={TILED_HEAD_BACKEND}"]
 # the first update's figures, relative; measured between the two heads: <= 2e-6 (float32's summation order)
 UPDATE_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/edge_eda/entropy_grad_share",
                   "actor/edge_eda/loss_scale_mean", "training/rollout_probs_diff_mean")

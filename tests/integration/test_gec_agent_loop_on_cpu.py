@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from edge_verl.algorithms.gec import REFLECTION_PHRASE, CorrectionRecord, injected_answer_text
 from edge_verl.algorithms.gec import GroupRendezvous
-from edge_verl.integration.gec_agent_loop import check_gec_supported, group_rendezvous
+from edge_verl.integration.rollout import check_gec_supported, group_rendezvous
 
 pytestmark = pytest.mark.verl
 
@@ -116,7 +116,7 @@ def _loop_config(enable=True):
 def _make_loop(config, tokenizer):
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
-    from edge_verl.integration.gec_agent_loop import GecAgentLoop
+    from edge_verl.integration.rollout import GecAgentLoop
 
     return GecAgentLoop(
         trainer_config=DictConfigWrap(config), server_manager=None, tokenizer=tokenizer, processor=None,
@@ -176,7 +176,7 @@ def _budget_loop(tmp_path, response_length, replies=(), train_files=None, model_
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
     from edge_verl_lab.demo.tiny import build_tokenizer
-    from edge_verl.integration.gec_agent_loop import GecAgentLoop
+    from edge_verl.integration.rollout import GecAgentLoop
 
     config = _loop_config()
     config.actor_rollout_ref.rollout.response_length = response_length
@@ -284,7 +284,7 @@ def _chat_model_folder(tmp_path):
 
 
 def test_the_eos_ids_are_verls_the_tokenizers_first_then_the_generation_configs(tmp_path):
-    from edge_verl.integration.gec_agent_loop import eos_token_ids
+    from edge_verl.integration.rollout import eos_token_ids
 
     folder, im_end, endoftext = _chat_model_folder(tmp_path)
     loop, _ = _budget_loop(tmp_path, 60, model_path=folder)

@@ -22,7 +22,7 @@ from verl.workers.config.actor import PolicyLossConfig
 from verl.workers.utils import losses
 
 from edge_verl.algorithms.gec import ORIGINS, finish_origin_metrics
-from edge_verl import names
+from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.estimators.edge_eda import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
 from edge_verl.integration.trainer import finish_gec_actor_metrics
 
@@ -68,10 +68,10 @@ def _loss(log_prob, old_log_prob, injected_loss="surrogate", sft_coef=1.0, confi
         "response_mask": mask,
         "old_log_probs": old_log_prob * mask,
         "advantages": torch.tensor(ADVANTAGES)[:, None] * mask,
-        names.GEC_ORIGIN_COLUMN: origins,
+        GEC_ORIGIN_COLUMN: origins,
     }
     options = {"injected_loss": injected_loss, "sft_coef": sft_coef, "injected_share": 3 / N_TOKENS}
-    non_tensors = {names.GEC_LOSS_OPTIONS_KEY: options}
+    non_tensors = {GEC_LOSS_OPTIONS_KEY: options}
     model_output = {"log_probs": _flat(log_prob)}
     if entropy is not None:
         tensors[EDA_GROUP_ENTROPY_COLUMN] = mask.clone()

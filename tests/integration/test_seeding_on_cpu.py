@@ -10,11 +10,11 @@ import pytest
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 
-from edge_verl import names
-from edge_verl.algorithms.seeds import prompt_key, response_seed
-from edge_verl.integration import seeding
+from edge_verl.config import prompt_key, response_seed
+from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN
+from edge_verl.integration import rollout, trainer
 from edge_verl.integration.cpu.hf_rollout import HFRolloutServer
-from edge_verl.integration.run import sampling_seed
+from edge_verl.integration.trainer import sampling_seed
 from edge_verl_lab.demo import tiny
 
 PROMPT = [3, 40, 41, 42, 43, 5]
@@ -108,7 +108,7 @@ def _call_wrapped(config, trajectory, **kwargs):
         return "ran"
 
     worker = SimpleNamespace(config=config)
-    assert seeding.wrap_run_agent_loop(original)(worker, {"temperature": 1.0}, trajectory, agent_name="x", **kwargs) == "ran"
+    assert rollout.wrap_run_agent_loop(original)(worker, {"temperature": 1.0}, trajectory, agent_name="x", **kwargs) == "ran"
     return calls[0]
 
 
@@ -120,9 +120,9 @@ def test_a_seeded_run_hands_each_response_the_seed_of_its_identity_and_its_promp
     params, kwargs = _call_wrapped(_config(adv_estimator="gepo"), trajectory, session_id=1, **ROW)
     key = prompt_key(5, validate=False, step=2, data_source="t", index=3, prompt='[{"content": "1+1", "role": "user"}]')
     assert params == {"temperature": 1.0, "seed": response_seed(key, 1)}
-    assert kwargs[names.PROMPT_KEY_FIELD] == key and kwargs["agent_name"] == "x"
+    assert kwargs[PROMPT_KEY_FIELD] == key and kwargs["agent_name"] == "x"
     # the legacy trainer's column stands for v1's session_id; another uid changes nothing
-    legacy, _ = _call_wrapped(_config(adv_estimator="gepo"), trajectory, **{**ROW, "uid": "v", names.SAMPLE_INDEX_COLUMN: 1})
+    legacy, _ = _call_wrapped(_config(adv_estimator="gepo"), trajectory, **{**ROW, "uid": "v", SAMPLE_INDEX_COLUMN: 1})
     assert legacy == params
     # validation at the same step, another step, another sample: other seeds
     others = [
@@ -135,14 +135,14 @@ def test_a_seeded_run_hands_each_response_the_seed_of_its_identity_and_its_promp
 
 def test_a_plain_run_is_passed_through_untouched_and_a_response_without_an_index_is_refused():
     params, kwargs = _call_wrapped(_config(), {"step": 1, "validate": False}, session_id=0, **ROW)
-    assert params == {"temperature": 1.0} and names.PROMPT_KEY_FIELD not in kwargs
+    assert params == {"temperature": 1.0} and PROMPT_KEY_FIELD not in kwargs
     with pytest.raises(RuntimeError, match="session_id"):
         _call_wrapped(_config(adv_estimator="gepo"), {"step": 1, "validate": False}, **ROW)
 
 
 def test_gecs_continuation_gets_a_seed_of_its_own_or_none():
-    assert seeding.continuation_seed({"seed": 7}, seeding.CONTINUATION_SALT) not in (None, 7)
-    assert seeding.continuation_seed({}, seeding.CONTINUATION_SALT) is None
+    assert rollout.continuation_seed({"seed": 7}, rollout.CONTINUATION_SALT) not in (None, 7)
+    assert rollout.continuation_seed({}, rollout.CONTINUATION_SALT) is None
 
 
 # --- v1's update batch order -----------------------------------------------------------------------------------
@@ -161,15 +161,15 @@ class _FakeTQ:
 def test_v1s_update_batch_is_put_in_prompt_then_sample_order_whatever_the_completion_order():
     # two prompts (keys 20 and 10), two samples each, the second sample of prompt 10 with two outputs
     done = ["a_1_0", "b_0_0", "a_0_0", "b_1_1", "b_1_0"]  # completion order; uids a (prompt 20) and b (10)
-    fields = {key: {names.PROMPT_KEY_FIELD: 20 if key[0] == "a" else 10, "session_id": int(key.split("_")[1])} for key in done}
+    fields = {key: {PROMPT_KEY_FIELD: 20 if key[0] == "a" else 10, "session_id": int(key.split("_")[1])} for key in done}
     batch = KVBatchMeta(keys=list(done), tags=[{"k": key} for key in done], partition_id="train", extra_info={"x": 1})
-    sample = seeding.wrap_replay_buffer_sample(_FakeTQ(fields))(lambda self, *args: (batch, {"m": 1}))
+    sample = trainer.wrap_replay_buffer_sample(_FakeTQ(fields))(lambda self, *args: (batch, {"m": 1}))
     buffer = SimpleNamespace()
-    setattr(buffer, seeding._BUFFER_SEED, 5)
+    setattr(buffer, trainer._BUFFER_SEED, 5)
     ordered, metrics = sample(buffer, 1, "train", 2)
     assert ordered.keys == ["b_0_0", "b_1_0", "b_1_1", "a_0_0", "a_1_0"]
     assert [tag["k"] for tag in ordered.tags] == ordered.keys and ordered.extra_info == {"x": 1} and metrics == {"m": 1}
-    setattr(buffer, seeding._BUFFER_SEED, None)  # a plain run: verl's order
+    setattr(buffer, trainer._BUFFER_SEED, None)  # a plain run: verl's order
     assert sample(buffer, 1, "train", 2)[0].keys == done
 
 
@@ -179,7 +179,7 @@ def test_a_seeded_runs_trainer_process_draws_the_same_global_random_numbers_on_e
 
     import torch
 
-    from edge_verl.integration.run import start_run
+    from edge_verl.integration.trainer import start_run
 
     def draws(**algorithm):
         trainer = SimpleNamespace(config=OmegaConf.create({**_config(**algorithm), "data": {}}), train_dataset=None, val_dataset=None)

@@ -15,15 +15,15 @@ from tensordict import NonTensorStack, TensorDict
 from verl import DataProto
 from verl.trainer.ppo.v1 import trainer_base
 
-from edge_verl.algorithms.gec import decision_rng
-from edge_verl import names
+from edge_verl.algorithms import GEC_AGENT_LOOP
+from edge_verl.algorithms.gec import GEC_INFO_KEY, GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN, decision_rng
+from edge_verl.config import SAMPLE_INDEX_COLUMN
 from edge_verl.estimators import edge_eda as estimators
-from edge_verl.integration import run as runs
-from edge_verl.integration.checkpoint import STATE_FILE, wrap_save_checkpoint
-from edge_verl.integration.gec_agent_loop import response_identity, sample_index
+from edge_verl.integration import trainer as runs
+from edge_verl.integration.checkpoint import STATE_FILE
+from edge_verl.integration.rollout import response_identity, sample_index
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
-from edge_verl.integration.run import TrainingRun, active_run, advantage_step
-from edge_verl.integration.trainer import V1Adapter
+from edge_verl.integration.trainer import TrainingRun, V1Adapter, active_run, advantage_step, wrap_save_checkpoint
 
 pytestmark = pytest.mark.verl
 
@@ -150,7 +150,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
     seen = {}
 
     def original(self, batch, metrics):
-        from edge_verl.integration.run import current_step
+        from edge_verl.integration.trainer import current_step
 
         step = current_step()
         seen["entropy"] = step.inputs["entropy"]
@@ -166,7 +166,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
 # --- GEC: one switch, loud checks ----------------------------------------------------------------------------
 
 
-GEC_ROWS = [names.GEC_AGENT_LOOP] * 3
+GEC_ROWS = [GEC_AGENT_LOOP] * 3
 
 
 def test_gec_on_with_gec_rows_starts():
@@ -256,9 +256,9 @@ def test_sample_numbering_is_added_to_every_batch_of_a_seeded_run_and_to_gec_tra
         batch = _legacy_rollout_batch(["a", "a"])
         batch.meta_info["validate"] = validate
         if algorithm is None:  # a plain verl run: no TrainingRun
-            return names.SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
+            return SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
         with active_run(TrainingRun.from_config(OmegaConf.create(algorithm))):
-            return names.SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
+            return SAMPLE_INDEX_COLUMN in wrapped(None, batch).non_tensor_batch
 
     unseeded = {"edge_seeding": {"enable": False}}
     # seeded (the plugin's default): each response's seed needs its index, validation's too
@@ -272,7 +272,7 @@ def test_sample_numbering_is_added_to_every_batch_of_a_seeded_run_and_to_gec_tra
 
 def test_v1_session_id_is_the_sample_index_and_gec_without_seed_or_index_is_an_error():
     assert sample_index({"session_id": 5}) == 5
-    assert sample_index({names.SAMPLE_INDEX_COLUMN: np.int64(2)}) == 2
+    assert sample_index({SAMPLE_INDEX_COLUMN: np.int64(2)}) == 2
     assert sample_index({"uid": "a"}) is None
     # GEC keys its draws on the response's seed, else on (uid, index); with neither it refuses
     assert response_identity({"seed": 9}, {"uid": "a"}) == (9,)
@@ -431,7 +431,7 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 
     def original(self, batch, metrics):
-        from edge_verl.integration.run import current_step
+        from edge_verl.integration.trainer import current_step
 
         step = current_step()
         step.loss_columns = {estimators.EDA_GROUP_ENTROPY_COLUMN: 0.7 * mask, estimators.EDA_RATIO_COLUMN: 1.3 * mask}
@@ -479,7 +479,7 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
 def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():
     from omegaconf import OmegaConf
 
-    from edge_verl.integration.run import check_loss_hook_ran
+    from edge_verl.integration.trainer import check_loss_hook_ran
 
     def run(**algorithm):
         return TrainingRun.from_config(OmegaConf.create(algorithm))
@@ -506,7 +506,7 @@ def test_v1_gec_step_reads_the_rollouts_records_from_the_transfer_queue_and_puts
         ).to_dict()
 
     # one group of two: row 0 as sampled (score 1), row 1 given the answer on its last two of 3 tokens (0 before, 1 after)
-    extra = [{names.GEC_INFO_KEY: record(None, 1.0, (0, 0))}, {names.GEC_INFO_KEY: record("inject_answer", 0.0, (1, 3))}]
+    extra = [{GEC_INFO_KEY: record(None, 1.0, (0, 0))}, {GEC_INFO_KEY: record("inject_answer", 0.0, (1, 3))}]
     tq = _TransferQueue(
         extra_fields=extra, uid=["g", "g"], response_mask=_nested([1, 1], [1, 1, 1]), advantages=_nested([0, 0], [0, 0, 0]),
         rm_scores=_nested([0, 1], [0, 0, 1]), entropy=_nested([0.5, 0.5], [0.5, 3.0, 3.0]),
@@ -516,10 +516,10 @@ def test_v1_gec_step_reads_the_rollouts_records_from_the_transfer_queue_and_puts
     metrics = {}
     stored = V1Adapter(tq).compute_advantage(lambda self, batch, metrics: batch)(trainer, batch, metrics)
     ((_, _, fields),) = tq.puts
-    first, second = fields[names.GEC_ORIGIN_COLUMN].unbind()
+    first, second = fields[GEC_ORIGIN_COLUMN].unbind()
     answer = ORIGINS.index("answer")
     assert first.tolist() == [0.0, 0.0] and second.tolist() == [0.0, answer, answer]
-    assert stored.extra_info[names.GEC_LOSS_OPTIONS_KEY]["injected_share"] == pytest.approx(2 / 5)
+    assert stored.extra_info[GEC_LOSS_OPTIONS_KEY]["injected_share"] == pytest.approx(2 / 5)
     # as sampled the group scored [1, 0]; the sampled tokens' entropy is 0.5 (the injected 3.0 left out)
     assert metrics["edge_verl/gec/sampled/score_mean"] == 0.5 and metrics["edge_verl/gec/sampled/entropy"] == pytest.approx(0.5)
 

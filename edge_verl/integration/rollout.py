@@ -1,11 +1,23 @@
-"""Guided Error Correction inside verl's rollout: the agent loop ``edge_gec``.
+"""verl's rollout as the plugin shapes it: a seed per response for every agent loop, and Guided Error Correction
+as the agent loop ``edge_gec``. Imported by the plugin once verl's agent-loop module exists (``plugin.py``).
 
-verl puts its rollout servers to sleep as soon as sampling ends, so a post-processor that must generate
-again lives INSIDE the rollout, as an agent loop. Per response it: samples like the single-turn loop;
-grades the response with the run's own reward function; asks ``edge_verl.algorithms.gec`` whether and
-how to correct it; carries that out on TOKENS (never re-tokenising decoded text); and returns the final
-tokens with ``reward_score`` unset, so verl's reward loop scores the final response as for any sample
-(except a placebo rewarded as gold, below).
+**A seed per response** (``algorithm.edge_seeding``, ``config.SeedingConfig``). ``AgentLoopWorker._run_agent_loop``
+(both trainers; every agent loop, GEC's included) starts one response. For a seeded run the wrapper gives it the
+request's ``seed`` sampling parameter, ``config.response_seed`` of (``rollout.seed``, validation or training, the
+global step, the prompt's identity, the response's index in its group), and hands the prompt's key to the loop
+(``config.PROMPT_KEY_FIELD``), which v1 stores with the sample (the v1 trainer's adapter orders the update batch by
+it, ``trainer.wrap_replay_buffer_sample``). The prompt's identity is verl's own row identity, ``data_source`` and
+``extra_info.index`` (verl's ``index`` column), with the prompt's messages, so that rows without an index still
+differ. The response's index is v1's ``session_id`` or, on the legacy trainer, the column
+``LegacyAdapter.generate_sequences`` adds before verl splits the batch over agent-loop workers. A run that does
+not ask for it (``trainer.sampling_seed`` is None) gets verl's function untouched.
+
+**GEC** (``GecAgentLoop``): verl puts its rollout servers to sleep as soon as sampling ends, so a post-processor
+that must generate again lives INSIDE the rollout, as an agent loop. Per response it: samples like the single-turn
+loop; grades the response with the run's own reward function; asks ``edge_verl.algorithms.gec`` whether and how to
+correct it; carries that out on TOKENS (never re-tokenising decoded text); and returns the final tokens with
+``reward_score`` unset, so verl's reward loop scores the final response as for any sample (except a placebo
+rewarded as gold, below).
 
 Rows opt in through an ``agent_name`` column ("edge_gec") in the TRAINING data; validation rows carry
 none and use verl's default loop, so validation is never corrected.
@@ -62,22 +74,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import time
 import weakref
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Optional
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
-from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
-
+from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.algorithms.gec import (
     DOES_NOT_FIT,
+    GEC_INFO_KEY,
     INJECT_ANSWER,
     NO_PLACEBO,
     REGENERATE,
     REPLACE_SOLUTION,
     CorrectionRecord,
+    GecConfig,
     GroupRendezvous,
     PlaceboProblem,
     decide_correction,
@@ -87,13 +100,97 @@ from edge_verl.algorithms.gec import (
     placebo_rng,
     strip_end_tokens,
 )
-from edge_verl.algorithms.gec import GecConfig
-from edge_verl.names import GEC_AGENT_LOOP, GEC_INFO_KEY, SAMPLE_INDEX_COLUMN
+from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN, derived_seed, prompt_key, response_seed
+from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import read_placebo_pool
-from edge_verl.integration.run import check_budget, check_gec_supported
-from edge_verl.integration.seeding import CONTINUATION_SALT, continuation_seed, sample_index
+from edge_verl.integration.trainer import check_budget, check_gec_supported, sampling_seed
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
+
+
+
+# --- a seed per response (every agent loop) ---------------------------------------------------------------------
+
+
+def sample_index(kwargs: dict) -> Optional[int]:
+    """The response's index within its group: v1's ``session_id``, or the legacy trainer's column (None: neither)."""
+    for key in ("session_id", SAMPLE_INDEX_COLUMN):
+        if kwargs.get(key) is not None:
+            return int(kwargs[key])
+    return None
+
+
+def _plain(value: Any) -> Any:
+    """A row value as JSON-able Python (numpy arrays and scalars, tensors, nested containers)."""
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def seeded_response(run_seed: int, *, validate: bool, step: int, kwargs: dict) -> tuple[int, int]:
+    """(prompt key, the response's sampling seed) of the response verl is about to start with ``kwargs`` (the
+    row's columns, and its index in the group)."""
+    index = sample_index(kwargs)
+    if index is None:
+        raise RuntimeError(
+            "algorithm.edge_seeding: a response reached the agent loop with neither session_id (v1 trainer) nor "
+            f"{SAMPLE_INDEX_COLUMN} (legacy trainer, added by the plugin before the batch is split): its seed "
+            "would not be a function of its identity."
+        )
+    key = prompt_key(run_seed, validate=validate, step=step, data_source=str(kwargs.get("data_source")),
+                     index=_plain(kwargs.get("index")), prompt=json.dumps(_plain(kwargs.get("raw_prompt")), sort_keys=True))
+    return key, response_seed(key, index)
+
+
+# GEC's regenerate branch continues a response with a request of its own (``GecAgentLoop``, below).
+CONTINUATION_SALT = "gec_continuation"
+
+
+def continuation_seed(sampling_params: dict, salt: str) -> Optional[int]:
+    """The seed of a further request made for the same response (GEC's continuation), or None when the
+    response itself carries no seed."""
+    seed = sampling_params.get("seed")
+    return None if seed is None else derived_seed(int(seed), salt)
+
+
+_RUN_SEEDS: dict[int, Optional[int]] = {}
+
+
+def _run_seed_of(worker: Any) -> Optional[int]:
+    """The worker's run's sampling seed, parsed once per config object (a worker keeps its config for life)."""
+    config = worker.config
+    if id(config) not in _RUN_SEEDS:
+        _RUN_SEEDS.clear()
+        _RUN_SEEDS[id(config)] = sampling_seed(config)
+    return _RUN_SEEDS[id(config)]
+
+
+def wrap_run_agent_loop(original: Callable) -> Callable:
+    def _run_agent_loop(self, sampling_params, trajectory, *args, **kwargs):
+        run_seed = _run_seed_of(self)
+        if run_seed is None:
+            return original(self, sampling_params, trajectory, *args, **kwargs)
+        key, seed = seeded_response(run_seed, validate=bool(trajectory["validate"]), step=int(trajectory["step"]), kwargs=kwargs)
+        return original(self, {**sampling_params, "seed": seed}, trajectory, *args, **{**kwargs, PROMPT_KEY_FIELD: key})
+
+    return _run_agent_loop
+
+
+def install_agent_loop(module: Any) -> None:
+    CORE.wrap(module, "AgentLoopWorker._run_agent_loop", wrap_run_agent_loop)
+
+
+# --- GEC's agent loop -------------------------------------------------------------------------------------------
+
+# verl's agent-loop module is imported only here, below the seeding half: importing it runs the plugin's hook
+# (``plugin.patch_agent_loop``), which installs ``install_agent_loop`` of this module, so that function exists
+# even when this module is the first to import verl's agent loop.
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register  # noqa: E402
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop  # noqa: E402
 
 
 def naive_reward(result: Any) -> tuple[Any, dict]:
@@ -107,7 +204,7 @@ def naive_reward(result: Any) -> tuple[Any, dict]:
 
 def response_identity(sampling_params: dict, kwargs: dict) -> tuple:
     """What GEC's draws for this response are keyed on: its sampling seed (``algorithm.edge_seeding``, set by
-    ``seeding.py`` from the run's seed, the step, the prompt's identity and the sample index), or, in a run
+    ``wrap_run_agent_loop`` from the run's seed, the step, the prompt's identity and the sample index), or, in a run
     that turned seeding off, verl's uid and the sample index (then not reproducible: verl's uid is random)."""
     if sampling_params.get("seed") is not None:
         return (int(sampling_params["seed"]),)
