@@ -218,7 +218,7 @@ def method_overrides(
     GEC's (``seed`` seeds its decisions; the first sample capped at ``first_sample_tokens``, a correction
     continuing for up to ``continuation_tokens``), Force-R's, and the method's own options. A parameter the
     method does not use is still validated, so a typo fails for every method alike."""
-    method = get_method(name)
+    get_method(name)  # an unknown method fails first, before its parameters are checked
     if eda_form not in EDA_FORMS:
         raise ValueError(f"eda_form={eda_form!r}; allowed: {', '.join(EDA_FORMS)}")
     if isinstance(seed, bool) or not isinstance(seed, int):

@@ -31,7 +31,7 @@ from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.openrlhf.estimators import check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
 from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
-from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, uses_gec_agent
+from edge_verl.openrlhf.rollout_labels import GEC_AGENT_FILE, uses_gec_agent  # noqa: F401  (GEC_AGENT_FILE: re-exported, see __main__)
 
 REWARD_FILE = str(Path(__file__).with_name("reward_func.py"))
 
