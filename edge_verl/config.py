@@ -171,7 +171,12 @@ class MetricsConfig(Options):
 
 
 class SeedingConfig(Options):
-    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run."""
+    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
+
+    The seeds are this module's keys below (``prompt_key``, ``response_seed``, ``derived_seed``):
+    ``integration/rollout.py`` gives each response its own, and ``integration/trainer.py``
+    (``wrap_replay_buffer_sample``) orders v1's update batch by the prompt's key.
+    """
 
     section: ClassVar[str] = "edge_seeding"
     enable: bool = option(True, description=(

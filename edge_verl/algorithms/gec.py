@@ -96,7 +96,13 @@ MISSING_SOLUTIONS = ("regenerate", "inject_answer", "skip")
 
 
 class GecConfig(Options):
-    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``."""
+    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
+
+    The options up to ``group_timeout_s`` are the method's (each description gives the paper's value and any
+    deviation); from ``injected_loss`` on come the reviewers' controls, each a named deviation from what the paper
+    fixes (how the tokens GEC wrote are trained, whose answer is injected and how it is rewarded, whether the wrong
+    first attempt is kept) that tests a claim, the paper's behaviour by default.
+    """
 
     section: ClassVar[str] = "edge_gec"
     enable: bool = option(False, description=(
