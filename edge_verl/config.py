@@ -152,51 +152,47 @@ class MetricsConfig(Options):
     """Extra metrics for any estimator, verl's built-ins included (options under ``algorithm.edge_metrics``)."""
 
     section: ClassVar[str] = "edge_metrics"
-    advantage_stats: bool = option(
-        False,
-        description=(
-            "log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and "
-            "``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so "
-            "GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a "
-            "plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two values"
-            " under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``) at "
-            "no extra cost; the recipes switch it on."
-        ),
-    )
-    per_source: bool = option(
-        False,
-        description=(
-            "log every step's training statistics split by the responses' ``data_source`` (the tasks of a mixture, "
-            "GEPO's setting), ``edge_verl/by_source/<data_source>/<stat>``: sampled reward and accuracy, all-wrong "
-            "/ all-right / tied group fractions, response length, the sampled tokens' entropy estimate (mean -log "
-            "pi_old) and, under GEPO, each source's mean group entropy and attenuated fractions "
-            "(``edge_verl.estimators.base.per_source_statistics``). Off by default (one more read of the batch per "
-            "step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture."
-        ),
-    )
+    advantage_stats: bool = option(False, description=(
+        "log ``edge_verl/adv/var`` (unbiased variance of the per-response advantages) and "
+        "``edge_verl/adv/zero_variance_group_frac`` every step, whatever ``algorithm.adv_estimator`` is, so "
+        "GRPO and EDGE curves are comparable (EDGE-GRPO Fig. 5). Off by default: with the plugin installed, a "
+        "plain verl run logs nothing extra unless asked, and the plugin's estimators report the same two values"
+        " under their own names (``edge_verl/<estimator>/adv_var_after``, ``.../zero_variance_group_frac``) at "
+        "no extra cost; the recipes switch it on."
+    ))
+    per_source: bool = option(False, description=(
+        "log every step's training statistics split by the responses' ``data_source`` (the tasks of a mixture, "
+        "GEPO's setting), ``edge_verl/by_source/<data_source>/<stat>``: sampled reward and accuracy, all-wrong "
+        "/ all-right / tied group fractions, response length, the sampled tokens' entropy estimate (mean -log "
+        "pi_old) and, under GEPO, each source's mean group entropy and attenuated fractions "
+        "(``edge_verl.estimators.base.per_source_statistics``). Off by default (one more read of the batch per "
+        "step on verl's v1 trainer); ``edge-verl study`` switches it on for a mixture."
+    ))
 
 
 class SeedingConfig(Options):
-    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run."""
+    """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
+
+    The seeds are this module's keys below (``prompt_key``, ``response_seed``, ``derived_seed``):
+    ``integration/rollout.py`` gives each response its own, and ``integration/trainer.py``
+    (``wrap_replay_buffer_sample``) orders v1's update batch by the prompt's key.
+    """
 
     section: ClassVar[str] = "edge_seeding"
-    enable: bool = option(
-        True,
-        description=(
-            "on (default) in every run that uses the plugin; a plain verl run (GRPO) gets it with "
-            "``+algorithm.edge_seeding.enable=True``, so that a baseline beside EDGE or GEPO is seeded the same way"
-            " (otherwise the pair is not paired). When on: each response is sampled with a seed of its own, a "
-            "function of ``actor_rollout_ref.rollout.seed``, the global step, the prompt's identity "
-            "(``data_source``, ``extra_info.index`` and the prompt itself) and the response's index in its group, "
-            "carried as the request's ``seed`` sampling parameter (vLLM builds a generator per request from it; so "
-            "does the CPU rollout), so the n samples of a prompt differ and none depends on timing or arrival "
-            "order; GEC's choices and its continuation's sampling are keyed on that seed, not on verl's random uid;"
-            " and verl's v1 trainer orders the update batch by (prompt, sample index) before it cuts mini-batches, "
-            "instead of completion order. Off: verl's sampling as it is (vLLM: one stream per engine, or with "
-            "``rollout.full_determinism`` one seed per replica for every request, which gives a prompt's n samples "
-            "the same tokens)."
-        ),
-    )
+    enable: bool = option(True, description=(
+        "on (default) in every run that uses the plugin; a plain verl run (GRPO) gets it with "
+        "``+algorithm.edge_seeding.enable=True``, so that a baseline beside EDGE or GEPO is seeded the same way"
+        " (otherwise the pair is not paired). When on: each response is sampled with a seed of its own, a "
+        "function of ``actor_rollout_ref.rollout.seed``, the global step, the prompt's identity "
+        "(``data_source``, ``extra_info.index`` and the prompt itself) and the response's index in its group, "
+        "carried as the request's ``seed`` sampling parameter (vLLM builds a generator per request from it; so "
+        "does the CPU rollout), so the n samples of a prompt differ and none depends on timing or arrival "
+        "order; GEC's choices and its continuation's sampling are keyed on that seed, not on verl's random uid;"
+        " and verl's v1 trainer orders the update batch by (prompt, sample index) before it cuts mini-batches, "
+        "instead of completion order. Off: verl's sampling as it is (vLLM: one stream per engine, or with "
+        "``rollout.full_determinism`` one seed per replica for every request, which gives a prompt's n samples "
+        "the same tokens)."
+    ))
 
 
 # --- the seeding's keys and its two fields in verl's rows ---

@@ -64,21 +64,15 @@ class TrainingSetup:
 
 TRAINING_SETUPS = {
     "edge": TrainingSetup(
-        "edge",
-        "EDGE-GRPO's (arXiv 2507.21848)",
-        "G = 8 responses per prompt, 1 prompt per step, 1000 steps (1 epoch of Hard-1K), lr 1e-6, T = 0.6, max response "
-        "1024 tokens",
-        "hard_1k",
-        (Variable("TRAIN_BATCH_SIZE", "1"), Variable("ROLLOUT_N", "8")),
+        "edge", "EDGE-GRPO's (arXiv 2507.21848)",
+        "G = 8 responses per prompt, 1 prompt per step, 1000 steps (1 epoch of Hard-1K), lr 1e-6, T = 0.6, max response 1024 tokens",
+        "hard_1k", (Variable("TRAIN_BATCH_SIZE", "1"), Variable("ROLLOUT_N", "8")),
         (Variable("TOTAL_EPOCHS", "1"), Variable("TOTAL_STEPS", "null")),
     ),
     "gepo": TrainingSetup(
-        "gepo",
-        "GEPO's (arXiv 2607.16850)",
-        "K = 16 responses per prompt, 32 prompts per step, 300 steps on Random-1K, lr 1e-6, T = 0.6, max response 1024 "
-        "tokens",
-        "random_1k",
-        (Variable("TRAIN_BATCH_SIZE", "32"), Variable("ROLLOUT_N", "16")),
+        "gepo", "GEPO's (arXiv 2607.16850)",
+        "K = 16 responses per prompt, 32 prompts per step, 300 steps on Random-1K, lr 1e-6, T = 0.6, max response 1024 tokens",
+        "random_1k", (Variable("TRAIN_BATCH_SIZE", "32"), Variable("ROLLOUT_N", "16")),
         (Variable("TOTAL_EPOCHS", "10"), Variable("TOTAL_STEPS", "300")),
     ),
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -210,21 +210,13 @@ def _demo(args: argparse.Namespace) -> int:
     from edge_verl_lab.demo.run import DemoConfig, run_demo
     from edge_verl_lab.demo.task import DEFAULT_TASK
 
+    # every option of the demo's parser but the overrides is the DemoConfig field of the same name
+    options = {field.name: getattr(args, field.name) for field in fields(DemoConfig) if hasattr(args, field.name)}
     suffix = ("" if args.rollout == "hf" else f"_{args.rollout}") + ("" if args.task == DEFAULT_TASK else f"_{args.task}")
-    out = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}{suffix}"
+    options["out"] = args.out or Path("runs") / f"demo_{args.algorithm}_{args.trainer}{suffix}"
     try:
         config = DemoConfig(
-            algorithm=args.algorithm,
-            steps=args.steps,
-            task=args.task,
-            trainer=args.trainer,
-            eda_form=args.eda_form,
-            rollout=args.rollout,
-            out=out,
-            seed=args.seed,
-            lr=args.lr,
-            save_freq=args.save_freq,
-            resume=args.resume,
+            **options,
             advantage_stats=True,  # the plot's advantage-variance panel for every estimator, GRPO included
             extra_overrides=list(args.overrides),
         )

@@ -55,11 +55,8 @@ from edge_verl_lab.demo.run import DemoConfig, run_demo, trained_steps  # noqa: 
 QWEN25_VOCAB = 151936
 # label -> (demo algorithm, EDA form)
 METHODS = {
-    "grpo": ("grpo", "gradient"),
-    "eda gradient": ("edge_eda", "gradient"),
-    "edge": ("edge", "gradient"),
-    "eda detached": ("edge_eda", "detached"),
-    "gepo": ("gepo", "gradient"),
+    "grpo": ("grpo", "gradient"), "eda gradient": ("edge_eda", "gradient"), "edge": ("edge", "gradient"),
+    "eda detached": ("edge_eda", "detached"), "gepo": ("gepo", "gradient"),
 }
 FUSED = "actor_rollout_ref.model.use_fused_kernels=True"
 BACKEND = "actor_rollout_ref.model.fused_kernel_options.impl_backend"

@@ -25,11 +25,8 @@ from edge_verl_lab.demo.run import DemoConfig, run_demo  # noqa: E402
 
 # label -> (demo algorithm, EDA form)
 METHODS = {
-    "grpo": ("grpo", "gradient"),
-    "edge_eda (detached)": ("edge_eda", "detached"),
-    "edge_eda (gradient)": ("edge_eda", "gradient"),
-    "gepo": ("gepo", "gradient"),
-    "edge (EDA gradient + GEC)": ("edge", "gradient"),
+    "grpo": ("grpo", "gradient"), "edge_eda (detached)": ("edge_eda", "detached"), "edge_eda (gradient)": ("edge_eda", "gradient"),
+    "gepo": ("gepo", "gradient"), "edge (EDA gradient + GEC)": ("edge", "gradient"),
 }
 PHASES = ("gen", "old_log_prob", "adv", "update_actor", "update_weights", "step")
 

@@ -96,133 +96,100 @@ MISSING_SOLUTIONS = ("regenerate", "inject_answer", "skip")
 
 
 class GecConfig(Options):
-    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``."""
+    """Guided Error Correction (agent loop ``edge_gec``), options under ``algorithm.edge_gec``.
+
+    The options up to ``group_timeout_s`` are the method's (each description gives the paper's value and any
+    deviation); from ``injected_loss`` on come the reviewers' controls, each a named deviation from what the paper
+    fixes (how the tokens GEC wrote are trained, whose answer is injected and how it is rewarded, whether the wrong
+    first attempt is kept) that tests a claim, the paper's behaviour by default.
+    """
 
     section: ClassVar[str] = "edge_gec"
-    enable: bool = option(
-        False,
-        description=(
-            "GEC's one switch (default off). When on, the training data must mark its rows for the ``edge_gec`` "
-            "agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and rollout log-probs"
-            " must be off; when off, data with such rows is refused. Both checked before the first rollout."
-        ),
-    )
+    enable: bool = option(False, description=(
+        "GEC's one switch (default off). When on, the training data must mark its rows for the ``edge_gec`` "
+        "agent loop (``agent_name`` column; scripts/prepare_data.py writes *_gec.parquet) and rollout log-probs"
+        " must be off; when off, data with such rows is refused. Both checked before the first rollout."
+    ))
     probabilities: tuple[float, float, float] = option(
-        (0.5, 0.25, 0.25),
-        description="[regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25].",
+        (0.5, 0.25, 0.25), description="[regenerate, inject_answer, replace_solution]; paper [0.5, 0.25, 0.25]."
     )
     force_regenerate: bool = option(
-        False,
-        description="the paper's Force-R ablation (regenerate with probability 1); overrides probabilities.",
+        False, description="the paper's Force-R ablation (regenerate with probability 1); overrides probabilities."
     )
-    scope: Literal[SCOPES] = option(
-        "every_incorrect",
-        description=(
-            '"every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which no '
-            "response is correct)."
-        ),
-    )
-    continuation_tokens: int = option(
-        256, ge=1,
-        description=(
-            "budget of the regenerate branch; paper 256 (always also capped so the whole response stays within "
-            "rollout.response_length)."
-        ),
-    )
-    first_sample_tokens: Optional[int] = option(
-        None, ge=1,
-        description=(
-            "the first sample's own cap (the loop passes it as max_tokens), so that a correction can grow past it: "
-            "the reference samples up to 1024 tokens, then appends the phrase and up to 256 more. The recipes set "
-            "1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the phrase; the fit is "
-            "checked before the first rollout, and with the phrase's token count when the loop starts). None "
-            "(default) = the first sample may use all of rollout.response_length and corrections are cut to fit in "
-            "it, so a response truncated at the cap gets almost no continuation: a deviation kept because the "
-            "default cannot know the run's lengths (1024 would not fit most response_length settings)."
-        ),
-    )
-    max_prompt_tokens: Optional[int] = option(
-        256, ge=1,
-        description=(
-            "only prompts SHORTER than this many tokens (chat template included) are corrected, as in the reference"
-            " (``if prompt_length < 256``); longer ones are left as sampled and counted (gec/prompt_too_long). None"
-            " = correct every prompt."
-        ),
-    )
+    scope: Literal[SCOPES] = option("every_incorrect", description=(
+        '"every_incorrect" (paper: every incorrect response) or "all_wrong_groups" (only groups in which no '
+        "response is correct)."
+    ))
+    continuation_tokens: int = option(256, ge=1, description=(
+        "budget of the regenerate branch; paper 256 (always also capped so the whole response stays within "
+        "rollout.response_length)."
+    ))
+    first_sample_tokens: Optional[int] = option(None, ge=1, description=(
+        "the first sample's own cap (the loop passes it as max_tokens), so that a correction can grow past it: "
+        "the reference samples up to 1024 tokens, then appends the phrase and up to 256 more. The recipes set "
+        "1024 with rollout.response_length = 1024 + continuation_tokens + 32 (room for the phrase; the fit is "
+        "checked before the first rollout, and with the phrase's token count when the loop starts). None "
+        "(default) = the first sample may use all of rollout.response_length and corrections are cut to fit in "
+        "it, so a response truncated at the cap gets almost no continuation: a deviation kept because the "
+        "default cannot know the run's lengths (1024 would not fit most response_length settings)."
+    ))
+    max_prompt_tokens: Optional[int] = option(256, ge=1, description=(
+        "only prompts SHORTER than this many tokens (chat template included) are corrected, as in the reference"
+        " (``if prompt_length < 256``); longer ones are left as sampled and counted (gec/prompt_too_long). None"
+        " = correct every prompt."
+    ))
     reflection_phrase: str = option(
-        REFLECTION_PHRASE,
-        description="the paper's phrase the regenerate branch appends before its continuation; non-empty.",
+        REFLECTION_PHRASE, description="the paper's phrase the regenerate branch appends before its continuation; non-empty."
     )
     answer_template: str = option(
-        ANSWER_TEMPLATE,
-        description='the paper\'s text the inject_answer branch appends; must contain "{answer}".',
+        ANSWER_TEMPLATE, description='the paper\'s text the inject_answer branch appends; must contain "{answer}".'
     )
-    missing_solution: Literal[MISSING_SOLUTIONS] = option(
-        "regenerate",
-        description=(
-            'what a replace_solution draw does for a row without a reference solution: "regenerate" (default; '
-            'counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).'
-        ),
-    )
+    missing_solution: Literal[MISSING_SOLUTIONS] = option("regenerate", description=(
+        'what a replace_solution draw does for a row without a reference solution: "regenerate" (default; '
+        'counted in metrics as a fallback), "inject_answer", or "skip" (leave the response as is).'
+    ))
     correct_threshold: float = option(
-        0.5,
-        description="a response whose reward score exceeds this counts as correct (binary reward: 0.5).",
+        0.5, description="a response whose reward score exceeds this counts as correct (binary reward: 0.5)."
     )
-    seed: int = option(
-        42,
-        description=(
-            "seeds GEC's per-response random source together with the response's identity (its sampling seed, "
-            "``algorithm.edge_seeding``); paper seed 42."
-        ),
-    )
+    seed: int = option(42, description=(
+        "seeds GEC's per-response random source together with the response's identity (its sampling seed, "
+        "``algorithm.edge_seeding``); paper seed 42."
+    ))
     group_timeout_s: float = option(
-        600.0, ge=0.001,
-        description='in "all_wrong_groups" mode, how long a response waits for its siblings\' verdicts.',
+        600.0, ge=0.001, description='in "all_wrong_groups" mode, how long a response waits for its siblings\' verdicts.'
     )
     # The reviewers' controls (defaults = the paper; each a named deviation for testing a claim):
-    injected_loss: Literal[INJECTED_LOSSES] = option(
-        "surrogate",
-        description=(
-            "how the actor trains the tokens GEC wrote and the policy did not sample (the phrase, the injected "
-            'answer, the replaced solution; a regeneration\'s continuation IS sampled). "surrogate" (paper): through'
-            ' the GRPO surrogate like every token. "masked": no policy gradient through them (their advantage is 0 '
-            "and their log-prob detached inside the loss), the group's rewards and every advantage unchanged. "
-            '"sft": no surrogate through them; instead a separate token-mean NLL over them, times ``sft_coef``.'
-        ),
-    )
+    injected_loss: Literal[INJECTED_LOSSES] = option("surrogate", description=(
+        "how the actor trains the tokens GEC wrote and the policy did not sample (the phrase, the injected "
+        'answer, the replaced solution; a regeneration\'s continuation IS sampled). "surrogate" (paper): through'
+        ' the GRPO surrogate like every token. "masked": no policy gradient through them (their advantage is 0 '
+        "and their log-prob detached inside the loss), the group's rewards and every advantage unchanged. "
+        '"sft": no surrogate through them; instead a separate token-mean NLL over them, times ``sft_coef``.'
+    ))
     sft_coef: float = option(1.0, ge=0.0, description='coefficient of that NLL term (injected_loss="sft" only); 1.0.')
-    answer_source: Literal[ANSWER_SOURCES] = option(
-        "gold",
-        description=(
-            '"gold" (paper: the row\'s own answer and reference solution) or "placebo" (the answer and solution of '
-            "another training problem, drawn with the per-response seed among problems whose answer grades wrong "
-            'against this row\'s gold; a response with no such problem is left as sampled, reason "no_placebo").'
-        ),
-    )
-    placebo_reward: Literal[PLACEBO_REWARDS] = option(
-        "as_gold",
-        description=(
-            'the reward of a placebo-corrected response (read only with answer_source=placebo). "as_gold" '
-            "(default): what its gold twin earns, the same branch on the same first sample with this row's own "
-            "answer / solution, graded by the run's reward function as verl's reward loop would grade it "
-            "(``integration.rollout``); a placebo is applied only where its twin fits, as the gold run's "
-            "correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected "
-            'content differs: the placebo that tests "the right answer is what helps", hence the default. Needs '
-            'verl\'s ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the '
-            "response is scored like any other, against this row's gold, so 0 (its candidates are chosen to grade "
-            "wrong): corrected responses count as wrong, so reward and content both differ from EDGE (the arm "
-            'published as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with '
-            "answer_source=gold is an error."
-        ),
-    )
-    first_attempt: Literal[FIRST_ATTEMPTS] = option(
-        "keep",
-        description=(
-            '"keep" (paper: the regenerate and inject_answer branches append to the model\'s own wrong first '
-            'response) or "drop" (the corrected response is the phrase + continuation, or the answer text alone), '
-            "to test whether keeping the wrong first answer in a response rewarded 1 hurts."
-        ),
-    )
+    answer_source: Literal[ANSWER_SOURCES] = option("gold", description=(
+        '"gold" (paper: the row\'s own answer and reference solution) or "placebo" (the answer and solution of '
+        "another training problem, drawn with the per-response seed among problems whose answer grades wrong "
+        'against this row\'s gold; a response with no such problem is left as sampled, reason "no_placebo").'
+    ))
+    placebo_reward: Literal[PLACEBO_REWARDS] = option("as_gold", description=(
+        'the reward of a placebo-corrected response (read only with answer_source=placebo). "as_gold" '
+        "(default): what its gold twin earns, the same branch on the same first sample with this row's own "
+        "answer / solution, graded by the run's reward function as verl's reward loop would grade it "
+        "(``integration.rollout``); a placebo is applied only where its twin fits, as the gold run's "
+        "correction is. A corrected response is then rewarded as EDGE would reward it, so only the injected "
+        'content differs: the placebo that tests "the right answer is what helps", hence the default. Needs '
+        'verl\'s ``naive`` reward manager and no reward model (checked before Ray starts). "graded": the '
+        "response is scored like any other, against this row's gold, so 0 (its candidates are chosen to grade "
+        "wrong): corrected responses count as wrong, so reward and content both differ from EDGE (the arm "
+        'published as edge_placebo before this option; method ``edge_placebo_graded``). "graded" with '
+        "answer_source=gold is an error."
+    ))
+    first_attempt: Literal[FIRST_ATTEMPTS] = option("keep", description=(
+        '"keep" (paper: the regenerate and inject_answer branches append to the model\'s own wrong first '
+        'response) or "drop" (the corrected response is the phrase + continuation, or the answer text alone), '
+        "to test whether keeping the wrong first answer in a response rewarded 1 hurts."
+    ))
 
     @field_validator("probabilities", mode="before")
     @classmethod

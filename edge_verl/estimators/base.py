@@ -452,38 +452,21 @@ def group_mean_std(
 
 
 def grpo_outcome(
-    scores: torch.Tensor,
-    group_index: torch.Tensor,
-    num_groups: int,
-    valid: torch.Tensor,
-    *,
-    norm_by_std: bool = True,
-    epsilon: float = 1e-6,
+    scores: torch.Tensor, group_index: torch.Tensor, num_groups: int, valid: torch.Tensor,
+    *, norm_by_std: bool = True, epsilon: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``grpo_advantages`` and, from the same group statistics, the fraction of tied groups (a 0-d tensor,
-    see ``tied_group_fraction``), so an estimator's metrics need no second pass over the groups."""
+    """Outcome-level GRPO advantage (B,): (r_i - mean_g) / (std_g + epsilon), 0 on invalid rows, and, from the
+    same group statistics, the fraction of tied groups (a 0-d tensor, see ``tied_group_fraction``), so an
+    estimator's metrics need no second pass over the groups.
+
+    The advantage is identical to verl's ``compute_grpo_outcome_advantage`` (before broadcasting over tokens)
+    for the same epsilon; ``norm_by_std=False`` is Dr.GRPO's mean-only variant.
+    """
     mean, std, count = group_mean_std(scores, group_index, num_groups, valid)
     advantages = scores - mean.index_select(0, group_index)
     if norm_by_std:
         advantages = advantages / (std + epsilon).index_select(0, group_index)
     return torch.where(valid, advantages, 0.0), tied_group_fraction(std, count)
-
-
-def grpo_advantages(
-    scores: torch.Tensor,
-    group_index: torch.Tensor,
-    num_groups: int,
-    valid: torch.Tensor,
-    *,
-    norm_by_std: bool = True,
-    epsilon: float = 1e-6,
-) -> torch.Tensor:
-    """Outcome-level GRPO advantage (B,): (r_i - mean_g) / (std_g + epsilon), 0 on invalid rows.
-
-    Identical to verl's ``compute_grpo_outcome_advantage`` (before broadcasting over tokens) for the
-    same epsilon; ``norm_by_std=False`` is Dr.GRPO's mean-only variant.
-    """
-    return grpo_outcome(scores, group_index, num_groups, valid, norm_by_std=norm_by_std, epsilon=epsilon)[0]
 
 
 def tied_group_fraction(std: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

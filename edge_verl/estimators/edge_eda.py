@@ -180,35 +180,25 @@ class EdaConfig(EstimatorOptions):
 
     section: ClassVar[str] = NAME
     token_inputs: ClassVar[tuple[str, ...]] = ("entropy",)  # the old policy's per-token entropy
-    std_epsilon: float = option(
-        0.0001, ge=0.0,
-        description="added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6).",
-    )
-    entropy_epsilon: float = option(
-        1e-06, gt=0.0,
-        description=(
-            "guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most this are left "
-            "unscaled, so zero entropy never divides by zero."
-        ),
-    )
-    ratio_clamp: Optional[tuple[float, float]] = option(
-        None,
-        description=(
-            "optional [low, high] bound on P_hat; None (default) = the final reference code, which has no clamp; "
-            "the paper's first code version used [0.1, 10]."
-        ),
-    )
-    entropy_gradient: bool = option(
-        False,
-        description=(
-            "False (default) = the detached form (a constant advantage from the old policy's entropy, what both "
-            "third-party ports do); True = the reference code's form, with gradient through the current policy's "
-            "entropy inside the actor loss (both explained in edge_verl/estimators/edge_eda.py). The EDGE recipes "
-            "set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the first rollout). "
-            "Off by default because it changes the actor's loss and costs memory and an entropy backward in every "
-            "update."
-        ),
-    )
+    std_epsilon: float = option(0.0001, ge=0.0, description=(
+        "added to the group std in A_i; 1e-4 as in the EDGE-GRPO reference code (verl's GRPO uses 1e-6)."
+    ))
+    entropy_epsilon: float = option(1e-06, gt=0.0, description=(
+        "guard, not in the paper: P_hat is floored here and groups whose mean entropy is at most this are left "
+        "unscaled, so zero entropy never divides by zero."
+    ))
+    ratio_clamp: Optional[tuple[float, float]] = option(None, description=(
+        "optional [low, high] bound on P_hat; None (default) = the final reference code, which has no clamp; "
+        "the paper's first code version used [0.1, 10]."
+    ))
+    entropy_gradient: bool = option(False, description=(
+        "False (default) = the detached form (a constant advantage from the old policy's entropy, what both "
+        "third-party ports do); True = the reference code's form, with gradient through the current policy's "
+        "entropy inside the actor loss (both explained in edge_verl/estimators/edge_eda.py). The EDGE recipes "
+        "set True. It needs actor_rollout_ref.actor.calculate_entropy=True (checked before the first rollout). "
+        "Off by default because it changes the actor's loss and costs memory and an entropy backward in every "
+        "update."
+    ))
 
     @field_validator("ratio_clamp", mode="before")
     @classmethod

@@ -272,64 +272,40 @@ class GepoConfig(EstimatorOptions):
 
     section: ClassVar[str] = NAME
     alpha_low: float = option(
-        0.5, ge=0.0, le=1.0,
-        description="factor on positive advantages in confident groups (H_g < H_low); paper 0.5.",
+        0.5, ge=0.0, le=1.0, description="factor on positive advantages in confident groups (H_g < H_low); paper 0.5."
     )
-    alpha_high: float = option(
-        0.2, ge=0.0, le=1.0,
-        description=(
-            "factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper requires "
-            'alpha_high < alpha_low (otherwise responses shrink: "length collapse").'
-        ),
-    )
-    beta_low: float = option(
-        0.2, ge=0.0,
-        description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.",
-    )
-    beta_high: float = option(
-        0.3, ge=0.0,
-        description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.",
-    )
-    gamma: float = option(
-        0.01, le=1.0, gt=0.0, reason='would freeze the thresholds forever',
-        description="EMA rate of the thresholds (Eq. 9); paper 0.01.",
-    )
-    group_entropy: Literal[GROUP_ENTROPY_ESTIMATORS] = option(
-        "token_pooled",
-        description=(
-            '"token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or "token_entropy" '
-            "(exact per-token entropy instead of the sampled-token NLL)."
-        ),
-    )
-    ema_order: Literal[EMA_ORDERS] = option(
-        "update_then_apply",
-        description='"update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".',
-    )
-    ema_init: Literal[GepoThresholds.INITS] = option(
-        "first_batch",
-        description=(
-            '"first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9; needs '
-            "~1/gamma steps to recover)."
-        ),
-    )
+    alpha_high: float = option(0.2, ge=0.0, le=1.0, description=(
+        "factor on negative advantages in uncertain groups (H_g > H_high); paper 0.2. The paper requires "
+        'alpha_high < alpha_low (otherwise responses shrink: "length collapse").'
+    ))
+    beta_low: float = option(0.2, ge=0.0, description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.")
+    beta_high: float = option(0.3, ge=0.0, description="threshold widths in batch std units (Eq. 8); paper 0.2 and 0.3.")
+    gamma: float = option(0.01, le=1.0, gt=0.0, reason='would freeze the thresholds forever', description=(
+        "EMA rate of the thresholds (Eq. 9); paper 0.01."
+    ))
+    group_entropy: Literal[GROUP_ENTROPY_ESTIMATORS] = option("token_pooled", description=(
+        '"token_pooled" (Eq. 4, default), "response_mean" (mean of per-response mean NLL) or "token_entropy" '
+        "(exact per-token entropy instead of the sampled-token NLL)."
+    ))
+    ema_order: Literal[EMA_ORDERS] = option("update_then_apply", description=(
+        '"update_then_apply" (default: this batch updates the EMA, then shapes) or "apply_then_update".'
+    ))
+    ema_init: Literal[GepoThresholds.INITS] = option("first_batch", description=(
+        '"first_batch" (default: seed the EMA with the first candidates) or "zero" (literal Eq. 9; needs '
+        "~1/gamma steps to recover)."
+    ))
     std_epsilon: float = option(1e-06, ge=0.0, description="epsilon of the unchanged GRPO advantage; verl's 1e-6.")
-    resume_without_state: bool = option(
-        False,
-        description=(
-            "False (default) makes resuming from a checkpoint that lacks the thresholds an error; True starts the "
-            "thresholds afresh instead."
-        ),
-    )
-    ablation: Literal[GEPO_ABLATIONS] = option(
-        "none",
-        description=(
-            '"none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the '
-            "asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose: "
-            '"no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1), '
-            '"no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1), '
-            '"symmetric" (one factor for both: needs alpha_high = alpha_low).'
-        ),
-    )
+    resume_without_state: bool = option(False, description=(
+        "False (default) makes resuming from a checkpoint that lacks the thresholds an error; True starts the "
+        "thresholds afresh instead."
+    ))
+    ablation: Literal[GEPO_ABLATIONS] = option("none", description=(
+        '"none" (default: the method, alpha_high < alpha_low enforced so that a typo cannot invert the '
+        "asymmetry), or one of the paper's ablations, named so that the guard is lifted only on purpose: "
+        '"no_high_entropy_control" (negatives in uncertain groups not attenuated: needs alpha_high = 1), '
+        '"no_low_entropy_control" (positives in confident groups not attenuated: needs alpha_low = 1), '
+        '"symmetric" (one factor for both: needs alpha_high = alpha_low).'
+    ))
 
     @model_validator(mode="after")
     def _paper_or_an_ablation(self) -> "GepoConfig":

@@ -86,21 +86,21 @@ class DemoConfig:
     # 30 steps: first-5 -> last-5 reward +0.122 at seed 0 (GEPO, copy; docs/cpu.md; at 20 steps the rise was
     # within the steps' sampling noise of ~0.05 on 64 responses)
     steps: int = 30
+    prompts_per_step: int = 8
+    responses_per_prompt: int = 8
     # The task (edge_verl_lab/demo/task.py): "copy" (the demo's), "addmod", "pair" (the study's), "max", or the
     # mixture "mix" (pair and max in one batch, each under its own data source).
     task: str = task.DEFAULT_TASK
     trainer: str = "v1"
     # EDA's form for edge_eda and edge: "gradient" (the reference's, as the EDGE recipes) or "detached".
     eda_form: str = "gradient"
-    out: Path = Path("runs/demo")
     seed: int = 0
+    out: Path = Path("runs/demo")
     # Adam's first updates are sign-like and moved every parameter of the tiny model by lr: at 2e-3
     # without warm-up one run in three collapsed to reward 0 after step 1 (measured); 1e-3 with a
     # 3-step warm-up learned on both trainers.
     lr: float = 1e-3
     lr_warmup_steps: int = 3
-    prompts_per_step: int = 8
-    responses_per_prompt: int = 8
     # The training protocol's other knobs (edge_verl_lab/study/protocol.py compares each with EDGE-GRPO's reference;
     # the study sets the reference's values). The demo keeps the values its numbers in docs/cpu.md were measured with:
     # verl's token-mean loss, sampling at T = 1, two optimizer updates per step (mini-batch = half the prompts),

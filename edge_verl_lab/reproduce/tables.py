@@ -187,22 +187,14 @@ GEPO_RECIPES = {"fsdp": "run_gepo_qwen7b.sh", "megatron": "run_gepo_qwen3.5-9b_m
 # paper's ablation table, which reports only its Avg (EDGE_GRPO.md gives no other ablation number).
 EDGE_PAPER: dict[str, dict[str, dict[str, float]]] = {
     "random_1k": {
-        "base_1.5b": {"Avg": 25.71},
-        "grpo_1.5b": _paper(40.32, 13.33, 39.76, 65.60, 19.49, 31.26),
-        "edge_1.5b": _paper(48.08, 13.33, 44.58, 76.40, 28.68, 36.89),
-        "base_7b": {"Avg": 29.04},
-        "grpo_7b": _paper(46.47, 23.33, 55.42, 72.40, 27.94, 34.67),
-        "edge_7b": _paper(49.30, 16.67, 50.60, 75.60, 33.09, 37.04),
-        "forcer_eda_7b": {"Avg": 45.71},
+        "base_1.5b": {"Avg": 25.71}, "base_7b": {"Avg": 29.04}, "forcer_eda_7b": {"Avg": 45.71},
+        "grpo_1.5b": _paper(40.32, 13.33, 39.76, 65.60, 19.49, 31.26), "edge_1.5b": _paper(48.08, 13.33, 44.58, 76.40, 28.68, 36.89),
+        "grpo_7b": _paper(46.47, 23.33, 55.42, 72.40, 27.94, 34.67), "edge_7b": _paper(49.30, 16.67, 50.60, 75.60, 33.09, 37.04),
     },
     "hard_1k": {
-        "base_1.5b": {"Avg": 25.71},
-        "grpo_1.5b": _paper(40.26, 10.00, 46.99, 65.00, 20.59, 30.37),
-        "edge_1.5b": _paper(47.24, 10.00, 44.58, 73.20, 29.04, 37.33),
-        "base_7b": {"Avg": 29.04},
-        "grpo_7b": _paper(47.69, 26.67, 53.01, 74.20, 25.74, 37.19),
-        "edge_7b": _paper(53.21, 16.67, 53.01, 79.00, 36.03, 42.67),
-        "forcer_eda_7b": {"Avg": 45.19},
+        "base_1.5b": {"Avg": 25.71}, "base_7b": {"Avg": 29.04}, "forcer_eda_7b": {"Avg": 45.19},
+        "grpo_1.5b": _paper(40.26, 10.00, 46.99, 65.00, 20.59, 30.37), "edge_1.5b": _paper(47.24, 10.00, 44.58, 73.20, 29.04, 37.33),
+        "grpo_7b": _paper(47.69, 26.67, 53.01, 74.20, 25.74, 37.19), "edge_7b": _paper(53.21, 16.67, 53.01, 79.00, 36.03, 42.67),
     },
 }
 EDGE_NOTE = (

@@ -453,13 +453,17 @@ def _mechanism_lines(report: dict) -> list[str]:
     found = report.get("mechanisms") or {}
     rows = [[method, MECHANISM_METRICS[metric], f"{values['first']:.3f}", f"{values['last']:.3f}", f"{values['mean']:.3f}"]
             for method, metrics in found.items() for metric, values in metrics.items()]
-    if not rows:
-        return []
-    return ["### Did each method's mechanism move?", "",
-            "Per method, the statistics of its own mechanism (mean over seeds) at the first and the last step and over "
-            "all steps: GEPO's thresholds and the shares it attenuated, EDA's entropy ratios and its entropy term's share "
-            "of the gradient, GEC's corrections and the policy's probability of the tokens it injected.", "",
-            *markdown_table(["method", "statistic", "step 1", "last step", "all steps"], rows), ""]
+    return _table_section(
+        "### Did each method's mechanism move?",
+        "Per method, the statistics of its own mechanism (mean over seeds) at the first and the last step and over "
+        "all steps: GEPO's thresholds and the shares it attenuated, EDA's entropy ratios and its entropy term's share "
+        "of the gradient, GEC's corrections and the policy's probability of the tokens it injected.",
+        ["method", "statistic", "step 1", "last step", "all steps"], rows)
+
+
+def _table_section(title: str, text: str, header: list[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A section of the page: its title, a paragraph, a table and the blank line that ends it; none without rows."""
+    return [title, "", text, "", *markdown_table(header, rows), ""] if rows else []
 
 
 def seed_calibrations(config: StudyConfig) -> dict:
@@ -628,16 +632,14 @@ def report_markdown(report: dict) -> str:
 
 def _protocol_lines(report: dict) -> list[str]:
     """The deviation table: every setting of the training protocol against EDGE-GRPO's reference."""
-    rows = report.get("protocol")
-    if not rows:
-        return []
-    lines = ["### Protocol against EDGE-GRPO's reference (edge_verl_lab/study/protocol.py)", "",
-             f"{sum(row['deviates'] for row in rows)} of {len(rows)} settings differ from the reference's; each run trained with the "
-             "verl option and value shown (set in its command.txt, or verl's default there for a study recorded before the protocol was an option).", ""]
-    lines += markdown_table(["setting", "reference", "this study", "verl override", "why it differs"],
-                            [[row["setting"], row["reference"], row["study"], f"`{row['override']}`" if row["override"] else "-",
-                              row["reason"] if row["deviates"] else "(the reference's)"] for row in rows])
-    return lines + [""]
+    rows = report.get("protocol") or []
+    return _table_section(
+        "### Protocol against EDGE-GRPO's reference (edge_verl_lab/study/protocol.py)",
+        f"{sum(row['deviates'] for row in rows)} of {len(rows)} settings differ from the reference's; each run trained with the "
+        "verl option and value shown (set in its command.txt, or verl's default there for a study recorded before the protocol was an option).",
+        ["setting", "reference", "this study", "verl override", "why it differs"],
+        [[row["setting"], row["reference"], row["study"], f"`{row['override']}`" if row["override"] else "-",
+          row["reason"] if row["deviates"] else "(the reference's)"] for row in rows])
 
 
 def _completion_lines(report: dict) -> list[str]:
@@ -645,14 +647,13 @@ def _completion_lines(report: dict) -> list[str]:
     found = report.get("completions")
     if not found:
         return []
-    lines = ["### What the final models write (held-out problems, mean ± std over seeds)", "",
-             f"Graded as in training (the reward reads the LAST box) and by the first box alone; a 2nd box is an answer "
-             f"after the first (a reflection); truncated: the {report['eval_cap']}-token cap reached without the end token "
-             f"(the longest response any method trains on: {report['longest_response']} tokens).", ""]
-    lines += markdown_table(["method", *(label for label, _ in COMPLETION_STATS.values())],
-                            [[method, *(_cell(stats.get(key), digits) for key, (_, digits) in COMPLETION_STATS.items())]
-                             for method, stats in found.items()])
-    return lines + [""]
+    return _table_section(
+        "### What the final models write (held-out problems, mean ± std over seeds)",
+        f"Graded as in training (the reward reads the LAST box) and by the first box alone; a 2nd box is an answer "
+        f"after the first (a reflection); truncated: the {report['eval_cap']}-token cap reached without the end token "
+        f"(the longest response any method trains on: {report['longest_response']} tokens).",
+        ["method", *(label for label, _ in COMPLETION_STATS.values())],
+        [[method, *(_cell(stats.get(key), digits) for key, (_, digits) in COMPLETION_STATS.items())] for method, stats in found.items()])
 
 
 def _divergence_lines(report: dict) -> list[str]:
@@ -678,18 +679,16 @@ def _divergence_lines(report: dict) -> list[str]:
 
 def _invocation_lines(report: dict) -> list[str]:
     """Every invocation of ``edge-verl study`` that trained or evaluated this page's runs, in order."""
-    invocations = report.get("invocations")
-    if not invocations:
-        return []
-    lines = ["### Invocations", "", f"Every `edge-verl study` that trained or evaluated a run of this page ({INVOCATIONS_FILE}), in order; "
-             "runs an invocation trained that the page does not hold are named with the reason.", ""]
-    lines += markdown_table(["#", "finished", "commit", "runs at a time", "minutes", "trained", "evaluated again", "discarded"],
-                            [[str(number), str(record.get("finished", "-")), f"{str(record.get('commit'))[:7]}{' (modified)' if record.get('modified') else ''}",
-                              str(record.get("jobs", "-")), f"{record['seconds'] / 60:.1f}", _runs_text(record.get("trained", [])),
-                              _runs_text(record.get("evaluated_again", [])),
-                              f"{_runs_text(discarded_runs(record))}: {record['discarded']}" if record.get("discarded") else "-"]
-                             for number, record in enumerate(invocations, 1)])
-    return lines + [""]
+    return _table_section(
+        "### Invocations",
+        f"Every `edge-verl study` that trained or evaluated a run of this page ({INVOCATIONS_FILE}), in order; "
+        "runs an invocation trained that the page does not hold are named with the reason.",
+        ["#", "finished", "commit", "runs at a time", "minutes", "trained", "evaluated again", "discarded"],
+        [[str(number), str(record.get("finished", "-")), f"{str(record.get('commit'))[:7]}{' (modified)' if record.get('modified') else ''}",
+          str(record.get("jobs", "-")), f"{record['seconds'] / 60:.1f}", _runs_text(record.get("trained", [])),
+          _runs_text(record.get("evaluated_again", [])),
+          f"{_runs_text(discarded_runs(record))}: {record['discarded']}" if record.get("discarded") else "-"]
+         for number, record in enumerate(report.get("invocations") or [], 1)])
 
 
 def discarded_runs(record: dict) -> list[str]:

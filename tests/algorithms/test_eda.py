@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
-from edge_verl.estimators.base import group_index_from_uids, grpo_advantages
+from edge_verl.estimators.base import group_index_from_uids, grpo_outcome
 from tests.algorithms.reference import eda_reference
 
 
@@ -36,7 +36,7 @@ def test_eda_reduces_to_grpo_when_entropies_are_equal():
     uids = [f"u{i // 8}" for i in range(64)]
     batch = _batch(uids, rng.integers(0, 2, 64).tolist(), np.full((64, 5), 0.7).tolist(), np.ones((64, 5)).tolist())
     result = compute_eda_advantages(**batch, std_epsilon=1e-6)
-    grpo = grpo_advantages(batch["scores"], batch["group_index"], batch["num_groups"], batch["valid"], epsilon=1e-6)
+    grpo, _ = grpo_outcome(batch["scores"], batch["group_index"], batch["num_groups"], batch["valid"], epsilon=1e-6)
     torch.testing.assert_close(result.advantages, grpo[:, None].expand(-1, 5).contiguous())
 
 

@@ -4,7 +4,7 @@ import torch
 
 from edge_verl.estimators.base import (
     group_index_from_uids,
-    grpo_advantages,
+    grpo_outcome,
     response_valid,
     zero_variance_group_fraction,
 )
@@ -22,12 +22,12 @@ def test_grpo_hand_computed_group_of_four():
     # scores 1, 0, 0, 1: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735; A = +-0.5 / 0.57735 = +-0.86603
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0])
     group_index = torch.zeros(4, dtype=torch.long)
-    advantages = grpo_advantages(scores, group_index, 1, torch.ones(4, dtype=torch.bool), epsilon=0.0)
+    advantages, _ = grpo_outcome(scores, group_index, 1, torch.ones(4, dtype=torch.bool), epsilon=0.0)
     torch.testing.assert_close(advantages, torch.tensor([0.86603, -0.86603, -0.86603, 0.86603]), atol=1e-5, rtol=0)
 
 
 def test_grpo_single_response_group_keeps_raw_score_like_verl():
-    advantages = grpo_advantages(torch.tensor([0.7]), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
+    advantages, _ = grpo_outcome(torch.tensor([0.7]), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
     torch.testing.assert_close(advantages, torch.tensor([0.7 / (1 + 1e-6)]))
 
 
@@ -38,7 +38,7 @@ def test_grpo_equals_loop_reference(seed, norm_by_std):
     uids = [f"u{i}" for i in rng.integers(0, 7, size=40)] + ["pad0", "pad0"]
     scores = rng.integers(0, 2, size=len(uids)).astype(np.float32)
     group_index, num_groups, is_pad = group_index_from_uids(uids)
-    advantages = grpo_advantages(torch.tensor(scores), group_index, num_groups, ~is_pad, norm_by_std=norm_by_std)
+    advantages, _ = grpo_outcome(torch.tensor(scores), group_index, num_groups, ~is_pad, norm_by_std=norm_by_std)
     expected = grpo_reference(scores.tolist(), uids, 1e-6, norm_by_std=norm_by_std)
     torch.testing.assert_close(advantages, torch.tensor(expected, dtype=torch.float32))
 

@@ -1,4 +1,4 @@
-"""``grpo_advantages`` is verl 0.9.1's GRPO: equal to ``compute_grpo_outcome_advantage`` (the loop) and to
+"""``grpo_outcome``'s advantage is verl 0.9.1's GRPO: equal to ``compute_grpo_outcome_advantage`` (the loop) and to
 the ``grpo_vectorized`` estimator on random batches shaped the way verl's trainer hands them over."""
 
 import inspect
@@ -8,7 +8,7 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
-from edge_verl.estimators.base import grpo_advantages, group_index_from_uids
+from edge_verl.estimators.base import group_index_from_uids, grpo_outcome
 
 GROUP_SIZES = (1, 2, 3, 5, 8)
 
@@ -41,7 +41,7 @@ def _verl_batch(seed: int, pad_rows: int = 0):
 
 def _ours(rewards, mask, uids, norm_by_std, epsilon):
     group_index, num_groups, is_pad = group_index_from_uids(uids)
-    outcome = grpo_advantages(
+    outcome, _ = grpo_outcome(
         rewards.sum(dim=-1), group_index, num_groups, ~is_pad, norm_by_std=norm_by_std, epsilon=epsilon
     )
     return outcome[:, None] * mask
@@ -50,14 +50,14 @@ def _ours(rewards, mask, uids, norm_by_std, epsilon):
 def test_default_epsilons_agree():
     # verl's compute_advantage calls its GRPO without an epsilon, so verl's default is the one training uses
     verl_default = inspect.signature(core_algos.compute_grpo_outcome_advantage).parameters["epsilon"].default
-    ours = inspect.signature(grpo_advantages).parameters["epsilon"].default
+    ours = inspect.signature(grpo_outcome).parameters["epsilon"].default
     assert verl_default == ours == 1e-6
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "grpo_vectorized"])
 @pytest.mark.parametrize("norm_by_std", [True, False])
 @pytest.mark.parametrize("seed", range(12))
-def test_grpo_advantages_equal_verls_grpo_on_random_batches(seed, norm_by_std, estimator):
+def test_grpo_outcome_advantages_equal_verls_grpo_on_random_batches(seed, norm_by_std, estimator):
     rewards, mask, uids = _verl_batch(seed, pad_rows=2 if seed % 3 == 0 else 0)
     verl_fn = core_algos.get_adv_estimator_fn(estimator)
     epsilon = 1e-6 if seed % 2 == 0 else 1e-3

@@ -139,25 +139,19 @@ def test_user_overrides_come_last_and_win():
 
 # The CPU backend's FSDP set (EDGE_VERL_CPU=1): what an FSDP recipe on CPU has always run with.
 FSDP_CPU_SET = {
-    "ray_kwargs.ray_init.num_cpus=32",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-    "+ray_kwargs.ray_init.num_gpus=1",
-    "+ray_kwargs.ray_init.include_dashboard=False",
-    "trainer.n_gpus_per_node=1",
-    "trainer.nnodes=1",
-    "trainer.device=cpu",
+    # Ray, the scheduling and the device
+    "ray_kwargs.ray_init.num_cpus=32", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "+ray_kwargs.ray_init.num_gpus=1", "+ray_kwargs.ray_init.include_dashboard=False",
+    "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.device=cpu",
+    # the HF model without FlashAttention, FSDP2, the hf rollout
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "actor_rollout_ref.actor.strategy=fsdp2",
-    "actor_rollout_ref.ref.strategy=fsdp2",
-    "actor_rollout_ref.rollout.name=hf",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
-    "reward.num_workers=1",
-    "data.dataloader_num_workers=0",
+    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    # one agent-loop and one reward-loop worker, no DataLoader workers
+    "actor_rollout_ref.rollout.agent.num_workers=1", "reward.num_workers=1", "data.dataloader_num_workers=0",
     # torch.compile of verl's entropy function: 27 s of every CPU run's first step (cpu/overrides.py)
     "actor_rollout_ref.actor.use_torch_compile=False",
-    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-    "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False", "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
 }
 
 

@@ -51,20 +51,20 @@ CATEGORIES = {
     ],
     "chinese_sentence": [
         (B("所以答案是\\frac{1}{2}。"), "\\frac{1}{2}", True),
+        (B("所以答案是\\frac{1}{3}。"), "\\frac{1}{2}", False),
         (B("\\text{概率为}\\frac{3}{4}"), "0.75", True),
         (B("答案：12元。"), "12", True),
         (B("不是\\frac{1}{2}"), "\\frac{1}{2}", False),  # a negation is not the value
         (B("至少为3"), "3", False),  # a bound is not the value
         (B("答案是1或2"), "1", False),  # a hedge
-        (B("所以答案是\\frac{1}{3}。"), "\\frac{1}{2}", False),
     ],
     "radical_forms": [
         (B("\\frac{1}{\\sqrt{n}}"), "\\sqrt{\\frac{1}{n}}", True),
+        (B("\\sqrt{n}"), "\\sqrt{\\frac{1}{n}}", False),
         (B("1/\\sqrt{n}"), "\\sqrt{1/n}", True),
         (B("\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{2\\sqrt{33}+15}"), "\\frac{\\sqrt{\\sqrt{194}+\\sqrt{11}}}{15+2\\sqrt{33}}", True),
-        (B("\\sqrt{n}"), "\\sqrt{\\frac{1}{n}}", False),
-        (B("x"), "\\sqrt{x^2}", False),  # they differ where both are real (x < 0)
         (B("\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{2\\sqrt{33}+16}"), "\\frac{\\sqrt{\\sqrt{11}+\\sqrt{194}}}{15+2\\sqrt{33}}", False),
+        (B("x"), "\\sqrt{x^2}", False),  # they differ where both are real (x < 0)
     ],
     "interval_decimals": [
         (B("(0.6, 2.6667]"), "(\\frac{3}{5}, \\frac{8}{3}]", True),
@@ -107,10 +107,10 @@ CATEGORIES = {
     ],
     "choice_letter_text": [
         (B("B。不是 A"), "B", True),
-        (B("D. it can't be A or B"), "D", True),
-        (B("(C) since the others fail"), "C", True),
         (B("A。不是 B"), "B", False),
+        (B("D. it can't be A or B"), "D", True),
         (B("A or B"), "A", False),  # a hedge between letters
+        (B("(C) since the others fail"), "C", True),
         (B("A. B. C."), "A", False),
         (B("A, B"), "B", False),
     ],

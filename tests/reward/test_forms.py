@@ -8,9 +8,9 @@ from edge_verl.reward.boxes import boxes_to_read, joined_boxes
 from edge_verl.reward.forms import as_interval, strip_choice_label, expand, strip_named_lhs, strip_trailing_unit, top_level_items
 
 
-@pytest.mark.parametrize(
-    "text, items",
-    [
+# Each rewriting on one text at a time: (text, what it returns).
+REWRITES = {
+    top_level_items: [
         ("(2, 2), (6, 2)", ["(2, 2)", "(6, 2)"]),
         ("\\{1,2\\}", ["\\{1,2\\}"]),  # a set is one answer
         ("(1,2]", ["(1,2]"]),  # mixed brackets still nest
@@ -18,14 +18,7 @@ from edge_verl.reward.forms import as_interval, strip_choice_label, expand, stri
         ("x=1, y=2", ["x=1", "y=2"]),
         ("42", ["42"]),
     ],
-)
-def test_top_level_items(text, items):
-    assert top_level_items(text) == items
-
-
-@pytest.mark.parametrize(
-    "text, value",
-    [
+    strip_trailing_unit: [
         ("125\\textnormal{ miles}", "125"),
         ("28 pct", "28"),
         ("28 percent", "28"),
@@ -38,14 +31,7 @@ def test_top_level_items(text, items):
         ("\\text{Monday}", "\\text{Monday}"),  # no value before the words
         ("2\\mathrm{i}", "2\\mathrm{i}"),  # one letter is a symbol, not a unit
     ],
-)
-def test_strip_trailing_unit(text, value):
-    assert strip_trailing_unit(text) == value
-
-
-@pytest.mark.parametrize(
-    "text, value",
-    [
+    strip_choice_label: [
         ("3 \\ \\textbf{(C)}", "3"),
         ("2\\sqrt{10}~\\textbf{(A)}", "2\\sqrt{10}"),
         ("30^\\circ, \\textbf{B}", "30^\\circ"),
@@ -54,14 +40,7 @@ def test_strip_trailing_unit(text, value):
         ("x (A)", "x (A)"),  # not after a value
         ("2x+(B)", "2x+(B)"),
     ],
-)
-def test_strip_choice_label(text, value):
-    assert strip_choice_label(text) == value
-
-
-@pytest.mark.parametrize(
-    "text, result",
-    [
+    strip_named_lhs: [
         ("V_1:V_2=11:21", ("11:21", True)),
         ("x_1=1, x_2=-3", ("1, -3", False)),
         ("f(x)=x+1", ("x+1", False)),
@@ -71,14 +50,7 @@ def test_strip_choice_label(text, value):
         ("y \\le 3", None),
         ("x=1, 5", None),  # every item must be an equation
     ],
-)
-def test_strip_named_lhs(text, result):
-    assert strip_named_lhs(text) == result
-
-
-@pytest.mark.parametrize(
-    "text, interval",
-    [
+    as_interval: [
         ("-2 \\le x \\le 7", "[-2,7]"),
         ("-2 < x \\leq 7", "(-2,7]"),
         ("7 \\geq x > -2", "(-2,7]"),  # 7 >= x > -2  ->  -2 < x <= 7
@@ -90,9 +62,25 @@ def test_strip_named_lhs(text, result):
         ("1 < 2", None),  # no variable
         ("\\left(1,2\\right)", None),
     ],
+    phrased_final_answer: [
+        ("so the answer is 42.", "42"),
+        ("The Final Answer is: $\\frac{1}{2}$.\nThanks", "\\frac{1}{2}"),
+        ("Answer: \\(x+1\\)", "x+1"),
+        ("the answer is 3. No wait, the answer is 4", "4"),  # the last phrase wins
+        ("The answer is 1, 2, 4, ...", "1, 2, 4, ..."),  # an ellipsis of periods is not a final period
+        ("The answer is $1, 2, \\ldots$.", "1, 2, \\ldots"),
+        ("no phrase here", None),
+        ("The answer is .", None),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "rewrite, text, expected", [(rewrite, *case) for rewrite, cases in REWRITES.items() for case in cases],
+    ids=lambda value: value.__name__ if callable(value) else None,
 )
-def test_as_interval(text, interval):
-    assert as_interval(text) == interval
+def test_rewriting_one_text(rewrite, text, expected):
+    assert rewrite(text) == expected
 
 
 def test_expand_lists_the_literal_answer_first_and_marks_ratios():
@@ -132,23 +120,6 @@ LENIENT = [
     ("I do not know.", "42", 0.0, "no_answer"),
     ("Therefore \\boxed{7}, so the answer is 8", "7", 1.0, "caller"),  # a box still wins, as in strict
 ]
-
-
-@pytest.mark.parametrize(
-    "text, answer",
-    [
-        ("so the answer is 42.", "42"),
-        ("The Final Answer is: $\\frac{1}{2}$.\nThanks", "\\frac{1}{2}"),
-        ("Answer: \\(x+1\\)", "x+1"),
-        ("the answer is 3. No wait, the answer is 4", "4"),  # the last phrase wins
-        ("The answer is 1, 2, 4, ...", "1, 2, 4, ..."),  # an ellipsis of periods is not a final period
-        ("The answer is $1, 2, \\ldots$.", "1, 2, \\ldots"),
-        ("no phrase here", None),
-        ("The answer is .", None),
-    ],
-)
-def test_phrased_final_answer(text, answer):
-    assert phrased_final_answer(text) == answer
 
 
 @pytest.mark.parametrize("response, gold, score, grader", LENIENT, ids=[f"lenient_{i}" for i in range(len(LENIENT))])
