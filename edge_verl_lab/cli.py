@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--lr", type=float, default=1e-3, help="actor learning rate (default 1e-3, the tiny model's)")
     demo.add_argument("--save-freq", type=int, default=-1, help="verl checkpoint frequency in steps (-1: never)")
     demo.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in OUT")
+    demo.add_argument("--ray-address", default=None,
+                      help="join this running Ray cluster (host:port; its nodes started as docs/multinode.md says) instead of starting one")
+    demo.add_argument("--nnodes", type=int, default=1, help="Ray nodes of trainer workers (verl's trainer.nnodes; >1 needs --ray-address)")
+    demo.add_argument("--workers-per-node", type=int, default=1, help="trainer workers per node (verl's trainer.n_gpus_per_node)")
     demo.add_argument("overrides", nargs="*", help="extra Hydra overrides passed to verl's main_ppo")
     add_reproduce_parser(commands, REPRODUCE.help)
     _add_study_parser(commands, TRAINERS)

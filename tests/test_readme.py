@@ -34,3 +34,12 @@ def test_every_docs_page_is_linked_from_the_readme():
     assert {"options.md", "metrics.md", "gec.md", "eda.md", "reward.md", "cpu.md", "study.md", "reproduce.md",
             "performance.md", "openrlhf.md", "verl-versions.md", "INSTALL_GPU.md"} <= set(pages)
     assert [page for page in pages if f"](docs/{page}" not in README] == []
+
+
+def test_every_plugin_setting_is_on_the_multinode_page():
+    # a setting travels to every node with the job (integration/cluster.py): the page says what each one does
+    names = {name for path in (ROOT / "edge_verl").rglob("*.py") for name in re.findall(r"EDGE_VERL_[A-Z_]*[A-Z]", path.read_text())}
+    page = (ROOT / "docs" / "multinode.md").read_text()
+    table = "\n".join(line for line in page.splitlines() if line.startswith("| `EDGE_VERL_"))
+    assert len(names) >= 15
+    assert sorted(name for name in names if f"`{name}`" not in table) == []

@@ -215,6 +215,8 @@ def _core_table() -> "PatchTable":
         layer="core plugin",
         patched={
             "verl.utils.config": {"validate_config": ("config", "use_reference_policy", "use_critic")},
+            # the driver's job runtime env, which the plugin's settings join (integration/cluster.py)
+            "verl.trainer.constants_ppo": {"get_ppo_ray_runtime_env": ("config",)},
             # legacy trainer (integration/legacy_trainer.py, LegacyAdapter)
             "verl.trainer.ppo.ray_trainer": {
                 "compute_advantage": _ADVANTAGE,
@@ -327,6 +329,8 @@ def _core_table() -> "PatchTable":
                 ),
             },
             "verl.utils.metric": {"Metric": ("aggregation", "value"), "AggregationType": ()},
+            # Ray's hooks run after ray.init (integration/cluster.py: the nodes checked and watched in the driver)
+            "ray._private.worker": {"_post_init_hooks": ()},
         },
     )
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from wrapt import register_post_import_hook
 
 from edge_verl.estimators import import_feature_modules
-from edge_verl.integration import fused_head, trainer
+from edge_verl.integration import cluster, fused_head, trainer
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.preflight import preflight_or_exit
@@ -31,6 +31,7 @@ def _make_validate_config(original: Callable) -> Callable:
         result = original(config, *args, **kwargs)
         if plugin_in_use(config.algorithm):
             preflight_or_exit(config)
+            cluster.arm(config)  # the nodes checked and watched from ray.init on
         return result
 
     return validate_config
@@ -57,6 +58,7 @@ def patch_v1_trainer(module: Any) -> None:
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
+    "verl.trainer.constants_ppo": cluster.patch_constants,
     "verl.workers.utils.losses": trainer.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
     "verl.trainer.ppo.core_algos": trainer.register_estimators,

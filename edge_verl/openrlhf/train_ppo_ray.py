@@ -10,7 +10,11 @@ launcher runs that ``__main__`` (``runpy``) in its own process with, for that ru
 - edge_verl's actor classes in the place of OpenRLHF's ``PPOTrainer``, ``PPOTrainerAsync`` and
   ``PolicyModelActor`` (``actors.actor_classes``): Ray creates them in its workers, nothing is patched there;
 - the options file's content in the ``runtime_env`` of OpenRLHF's ``ray.init`` (``EDGE_VERL_OPENRLHF_OPTIONS``,
-  ``runtime_env_with_ours``), so every worker reads the same options wherever it runs.
+  ``runtime_env_with_ours``) with every other ``EDGE_VERL_*`` setting of the launcher's environment, so every worker
+  reads the same options and settings wherever it runs;
+- right after that ``ray.init``, every node of the cluster checked to run the launcher's edge_verl with the job's
+  settings, the nodes watched while the run trains and the placement printed at the end (``nodes.guard_run``,
+  docs/multinode.md).
 Nothing else of OpenRLHF's command line changes; with an estimator of its own, OpenRLHF's code runs. Ray
 started before the launcher (``ray.init`` already called in this process) would not pass the options: refused;
 so is any OpenRLHF but the pinned one, before any of its modules is imported (``check_installed_version``).
@@ -26,8 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from edge_verl.estimators import FEATURE_MODULES_VARIABLE, import_feature_modules
+from edge_verl.estimators import import_feature_modules
 from edge_verl.estimators.base import ESTIMATORS
+from edge_verl.nodes import guard_run, travelling_settings
 from edge_verl.openrlhf.estimators import check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
 from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
@@ -82,11 +87,11 @@ def launcher_options() -> str:
 
 
 def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
-    """OpenRLHF's ``runtime_env`` plus the options' content (``options``: ``options_text``) in its env_vars."""
+    """OpenRLHF's ``runtime_env`` plus, in its env_vars, the launcher's plugin settings (``EDGE_VERL_*``: estimators
+    of one's own, the reward's limits, the CPU stand-in, ...) and the options' content (``options``: ``options_text``)."""
     merged = dict(runtime_env or {})
-    ours = {CONTENT_ENV_VAR: options}
-    if os.environ.get(FEATURE_MODULES_VARIABLE):  # estimators of one's own: every worker registers them
-        ours[FEATURE_MODULES_VARIABLE] = os.environ[FEATURE_MODULES_VARIABLE]
+    settings = {name: value for name, value in travelling_settings().items() if name != ENV_VAR}  # a path: this machine's
+    ours = {**settings, CONTENT_ENV_VAR: options}
     return {**merged, "env_vars": {**(merged.get("env_vars") or {}), **ours}}
 
 
@@ -129,7 +134,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return nested
 
     def ray_init_with_ours(*args, runtime_env=None, **kwargs):
-        return ray_init(*args, runtime_env=runtime_env_with_ours(runtime_env, options), **kwargs)
+        context = ray_init(*args, runtime_env=runtime_env_with_ours(runtime_env, options), **kwargs)
+        guard_run("openrlhf")  # every node runs this edge_verl with these settings, before OpenRLHF creates an actor
+        return context
 
     for_the_run = {
         (argparse.ArgumentParser, "add_argument"): add_argument_with_ours,

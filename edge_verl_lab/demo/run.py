@@ -157,6 +157,12 @@ class DemoConfig:
     # Join this running Ray cluster (``host:port``) instead of starting one: the study runs all its runs on one
     # cluster (``edge_verl_lab/study/cluster.py``), which must run with the CPU environment. None: start one.
     ray_address: str | None = None
+    # verl's trainer workers: ``nnodes`` Ray nodes of ``workers_per_node`` each (trainer.nnodes x n_gpus_per_node;
+    # one agent-loop and one reward worker per trainer worker). More than one node needs ``ray_address``: a cluster
+    # of that many nodes, each started with ``--num-gpus`` of its workers (docs/multinode.md). A run's numbers do
+    # not depend on where its workers sit: one node of two workers and two nodes of one give the same run.
+    nnodes: int = 1
+    workers_per_node: int = 1
     extra_overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -177,12 +183,17 @@ class DemoConfig:
         if self.sample_tokens is None:
             self.sample_tokens = the_task.sample_tokens
         for name in ("steps", "prompts_per_step", "responses_per_prompt", "test_freq", "val_samples", "updates_per_step",
-                     "sample_tokens", "continuation_tokens"):
+                     "sample_tokens", "continuation_tokens", "nnodes", "workers_per_node"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
         if isinstance(self.prompt_filler, bool) or not isinstance(self.prompt_filler, int) or self.prompt_filler < 0:
             raise ValueError(f"prompt_filler={self.prompt_filler!r} must be an integer >= 0")
+        if self.nnodes > 1 and self.ray_address is None:
+            raise ValueError(f"nnodes={self.nnodes} needs ray_address: a running cluster of {self.nnodes} nodes")
+        if (self.prompts_per_step // max(self.updates_per_step, 1)) % (self.nnodes * self.workers_per_node):
+            raise ValueError(f"{self.nnodes * self.workers_per_node} trainer workers must divide an update's "
+                             f"{self.prompts_per_step // self.updates_per_step} prompts (each worker takes an equal share)")
         if self.prompts_per_step % self.updates_per_step:
             raise ValueError(f"updates_per_step={self.updates_per_step} must divide prompts_per_step={self.prompts_per_step}: "
                              "each optimizer update takes an equal share of the step's prompts (verl's ppo_mini_batch_size)")
@@ -332,9 +343,10 @@ def training_overrides(config: DemoConfig) -> dict[str, str]:
 
 def build_overrides(config: DemoConfig, inputs: dict[str, Path]) -> list[str]:
     """The complete Hydra override list for verl's main_ppo."""
-    rollouts = config.prompts_per_step * config.responses_per_prompt
-    # one micro-batch per optimizer update
-    mini_rollouts = config.prompts_per_step // config.updates_per_step * config.responses_per_prompt
+    workers = config.nnodes * config.workers_per_node
+    rollouts = config.prompts_per_step * config.responses_per_prompt // workers
+    # one micro-batch per optimizer update and worker
+    mini_rollouts = config.prompts_per_step // config.updates_per_step * config.responses_per_prompt // workers
     overrides = [
         *method_overrides(
             config.algorithm,
@@ -376,7 +388,7 @@ def verl_metrics_log(out: Path) -> Path:
 def ray_overrides(config: DemoConfig) -> list[str]:
     """The CPU backend's overrides; joining ``config.ray_address`` when set (the run's metrics log then travels in
     the job's runtime env: its workers inherit the cluster's environment, not the driver's)."""
-    overrides = cpu_overrides("fsdp", rollout=config.rollout)
+    overrides = cpu_overrides("fsdp", rollout=config.rollout, nnodes=config.nnodes, workers_per_node=config.workers_per_node)
     if config.ray_address is None:
         return list(overrides)
     return connect_overrides(overrides, config.ray_address, {"VERL_FILE_LOGGER_PATH": str(verl_metrics_log(config.out))})
@@ -602,8 +614,11 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
         f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.rollout} rollout, "
         f"{config.steps} steps, out={config.out}\n"
     )
+    raw, metrics = config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl"
+    if config.resume:  # an interrupted run's rows live only in verl's log, which verl's file logger starts afresh
+        collect_metrics(raw, metrics, keep_previous=True)
     returncode = run_main_ppo(overrides, config.out, stream, config.rollout)
-    rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
+    rows = collect_metrics(raw, metrics, keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}
     if rows:
         result["plot"] = plot_metrics(rows, config.out / "metrics.png", f"edge-verl demo: {config.algorithm} ({config.trainer})")

@@ -38,6 +38,7 @@ from edge_verl.openrlhf.estimators import recompute_dumped
 from edge_verl.openrlhf.train_ppo_ray import GEC_AGENT_FILE, REWARD_FILE
 from edge_verl_lab.demo import task
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
+from tests.e2e import two_nodes
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "openrlhf-cpu" / "bin" / "python"
@@ -118,13 +119,16 @@ def cpu_environment(options_file: Path | None = None, **extra: str) -> dict[str,
     return {**env, **extra, **({"EDGE_VERL_OPENRLHF": str(options_file)} if options_file else {})}
 
 
-def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str, env: dict | None = None) -> dict:
+def train(inputs, out: Path, estimator: str, steps: int, options: dict, *extra: str, env: dict | None = None,
+          node: two_nodes.Node | None = None) -> dict:
     """One ``python -m edge_verl.openrlhf.train_ppo_ray`` run of ``steps`` steps in OpenRLHF's environment; its
-    log and the metrics OpenRLHF logged per step (``env``: variables added to the run's environment)."""
+    log and the metrics OpenRLHF logged per step (``env``: variables added to the run's environment; ``node``: the
+    launcher runs in that node's namespace)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "options.json").write_text(json.dumps(options))
     command = [str(VENV_PYTHON), "-m", "edge_verl.openrlhf.train_ppo_ray",
                *launcher_arguments(inputs, out, estimator, steps, *extra)]
+    command = command if node is None else node.command(command)
     result = subprocess.run(command, env=cpu_environment(out / "options.json", **(env or {})), cwd=out, capture_output=True,
                             text=True, timeout=900)
     log = result.stdout + result.stderr
@@ -311,3 +315,24 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
         attenuated = result.positive_attenuated
         torch.testing.assert_close(batch["outcome"][attenuated], 0.6 * batch["unshaped_outcome"][attenuated])
         assert metrics[step]["gepo/h_low"] == pytest.approx(batch["h_low"], rel=1e-5)
+
+
+@pytest.mark.skipif(two_nodes.skip_reason() is not None, reason=str(two_nodes.skip_reason()))
+@pytest.mark.parametrize("parts", [REAL])
+def test_the_launcher_checks_every_node_of_a_two_node_cluster_and_its_settings_reach_them(inputs, tmp_path, parts):
+    # two Ray nodes of OpenRLHF's environment (tests/e2e/two_nodes.py), node B's raylet without any of the plugin's
+    # settings; the launcher on the head with a non-default one (the reward's grading timeout, default 5 s)
+    head_env = {**cpu_environment(), "GLOO_SOCKET_IFNAME": two_nodes.INTERFACE}
+    worker_env = {name: value for name, value in head_env.items() if not name.startswith("EDGE_VERL_")}
+    cluster = two_nodes.TwoNodeCluster("edgevo", head_env, worker_env, str(VENV_PYTHON), gpus_per_node=2, python=str(VENV_PYTHON))
+    with cluster:
+        run = train(inputs, tmp_path / "two_nodes", "gepo", 1, {"gepo": {}}, node=cluster.head,
+                    env={"RAY_ADDRESS": cluster.address, "EDGE_VERL_REWARD_TIMEOUT": "7", "GLOO_SOCKET_IFNAME": two_nodes.INTERFACE})
+    assert sorted(run["metrics"]) == [1] and "gepo/h_low" in run["metrics"][1]
+    nodes = json.loads(next(line for line in run["log"].splitlines() if line.startswith("edge-verl nodes: ")).split(": ", 1)[1])
+    assert sorted(nodes) == list(two_nodes.ADDRESSES)
+    for report in nodes.values():  # the launcher's edge_verl on both nodes, and its settings in effect there
+        assert "problem" not in report and {"gepo", "edge_eda"} <= set(report["estimators"])
+        assert report["settings"]["EDGE_VERL_REWARD_TIMEOUT"] == "7" and report["in_effect"]["reward_timeout_s"] == 7.0
+        assert report["settings"]["EDGE_VERL_OPENRLHF_CPU"] == "1" and "EDGE_VERL_OPENRLHF" not in report["settings"]
+    assert "edge-verl placement: " in run["log"]

@@ -113,9 +113,17 @@ ROLLOUT_OVERRIDES: dict[str, tuple[str, ...]] = {
 CPU_OVERRIDES: tuple[str, ...] = COMMON_OVERRIDES + ROLLOUT_OVERRIDES["hf"] + FSDP_OVERRIDES
 
 
-def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1, rollout: str = "hf") -> tuple[str, ...]:
+def cpu_overrides(
+    backend: str = "fsdp", tensor_parallel: int = 1, rollout: str = "hf", nnodes: int = 1, workers_per_node: int | None = None,
+) -> tuple[str, ...]:
     """The overrides a CPU run of ``backend`` with ``rollout`` needs; ``tensor_parallel`` > 1 (Megatron only)
-    runs that many gloo processes, one fake "GPU" each."""
+    runs that many gloo processes, one fake "GPU" each.
+
+    ``nnodes`` x ``workers_per_node`` (verl's ``trainer.nnodes`` x ``trainer.n_gpus_per_node``; default one node of
+    ``tensor_parallel`` workers): the trainer's worker processes, one fake "GPU" each, each Ray node started with
+    ``--num-gpus`` of its workers (docs/multinode.md). verl's agent-loop and reward workers follow, one per rollout
+    replica (verl spreads them over the nodes round-robin), and a run that starts its own cluster asks it for all
+    the fake GPUs on its one node."""
     if backend not in BACKEND_OVERRIDES:
         raise ValueError(f"backend={backend!r}; allowed: {', '.join(BACKENDS)}")
     if rollout not in ROLLOUT_OVERRIDES:
@@ -124,15 +132,29 @@ def cpu_overrides(backend: str = "fsdp", tensor_parallel: int = 1, rollout: str 
         raise ValueError(f"tensor_parallel={tensor_parallel} must be >= 1")
     if tensor_parallel > 1 and backend != "megatron":
         raise ValueError("tensor_parallel > 1 needs the megatron backend (the CPU FSDP set runs one process)")
+    workers_per_node = tensor_parallel if workers_per_node is None else workers_per_node
+    for name, value in (("nnodes", nnodes), ("workers_per_node", workers_per_node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an integer >= 1")
+    if workers_per_node % tensor_parallel:
+        raise ValueError(f"workers_per_node={workers_per_node} must be a multiple of tensor_parallel={tensor_parallel}")
     overrides = COMMON_OVERRIDES + ROLLOUT_OVERRIDES[rollout] + BACKEND_OVERRIDES[backend]
-    if tensor_parallel == 1:
+    workers = nnodes * workers_per_node
+    replicas = workers // tensor_parallel  # rollout replicas: one agent-loop and one reward worker each
+    if workers == 1:
         return overrides
     scaled = {
-        "+ray_kwargs.ray_init.num_gpus": str(tensor_parallel),
-        "trainer.n_gpus_per_node": str(tensor_parallel),
-        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": str(tensor_parallel),
-        "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": str(tensor_parallel),
+        "+ray_kwargs.ray_init.num_gpus": str(workers),
+        "trainer.n_gpus_per_node": str(workers_per_node),
+        "trainer.nnodes": str(nnodes),
+        "actor_rollout_ref.rollout.agent.num_workers": str(replicas),
+        "reward.num_workers": str(replicas),
     }
+    if tensor_parallel > 1:
+        scaled.update({
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": str(tensor_parallel),
+            "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": str(tensor_parallel),
+        })
     return tuple(
         f"{key}={scaled[key]}" if (key := item.split("=", 1)[0]) in scaled else item for item in overrides
     )
