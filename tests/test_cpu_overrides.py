@@ -171,3 +171,21 @@ def test_a_process_pinned_too_late_is_refused(tmp_path):
                             "pin_numeric_path()\nimport torch\ntorch.ones(3).sum()\nprint(torch.backends.cpu.get_cpu_capability())"],
                            capture_output=True, text=True, env=env, check=True)
     assert early.stdout.strip() in {"AVX2", "DEFAULT"}
+
+
+def test_workers_over_nodes_scale_the_gpus_and_give_each_rollout_replica_its_agent_and_reward_worker():
+    # 2 nodes x 1 worker (docs/multinode.md): verl's trainer.nnodes x n_gpus_per_node; a cluster started by the run
+    # itself asks for all the fake GPUs; one agent-loop and one reward worker per replica (TP 1: per worker)
+    values = dict(item.split("=", 1) for item in cpu_overrides("fsdp", nnodes=2))
+    assert (values["trainer.nnodes"], values["trainer.n_gpus_per_node"], values["+ray_kwargs.ray_init.num_gpus"]) == ("2", "1", "2")
+    assert values["actor_rollout_ref.rollout.agent.num_workers"] == values["reward.num_workers"] == "2"
+    assert dict(item.split("=", 1) for item in cpu_overrides("fsdp", workers_per_node=2))["trainer.n_gpus_per_node"] == "2"
+    # Megatron TP 2 on 2 nodes of 2: 4 workers, 2 replicas
+    values = dict(item.split("=", 1) for item in cpu_overrides("megatron", 2, nnodes=2))
+    assert (values["trainer.n_gpus_per_node"], values["+ray_kwargs.ray_init.num_gpus"], values["reward.num_workers"]) == ("2", "4", "2")
+    assert cpu_overrides("megatron", 2) == cpu_overrides("megatron", 2, nnodes=1, workers_per_node=2)
+    for bad in ({"nnodes": 0}, {"workers_per_node": True}, {"nnodes": 1.5}):
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            cpu_overrides("fsdp", **bad)
+    with pytest.raises(ValueError, match="multiple of tensor_parallel=2"):
+        cpu_overrides("megatron", 2, workers_per_node=3)

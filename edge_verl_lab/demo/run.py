@@ -521,6 +521,13 @@ def collect_metrics(raw_path: Path, out_path: Path, keep_previous: bool = False)
     return rows
 
 
+def keep_logged_rows(out: Path) -> list[dict]:
+    """Before a resumed run: every row verl logged so far (an interrupted attempt's, which live only in verl's log,
+    ``verl_metrics.jsonl``, until its end is collected) into ``metrics.jsonl``, since verl's file logger starts its log
+    afresh. Returns the rows kept."""
+    return collect_metrics(out / "verl_metrics.jsonl", out / "metrics.jsonl", keep_previous=True)
+
+
 def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
     import matplotlib
 
@@ -614,11 +621,10 @@ def run_demo(config: DemoConfig, stream=sys.stdout) -> dict:
         f"edge-verl demo: {config.algorithm}{form} on verl's {config.trainer} trainer, {config.rollout} rollout, "
         f"{config.steps} steps, out={config.out}\n"
     )
-    raw, metrics = config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl"
-    if config.resume:  # an interrupted run's rows live only in verl's log, which verl's file logger starts afresh
-        collect_metrics(raw, metrics, keep_previous=True)
+    if config.resume:
+        keep_logged_rows(config.out)
     returncode = run_main_ppo(overrides, config.out, stream, config.rollout)
-    rows = collect_metrics(raw, metrics, keep_previous=config.resume)
+    rows = collect_metrics(config.out / "verl_metrics.jsonl", config.out / "metrics.jsonl", keep_previous=config.resume)
     result = {"returncode": returncode, "rows": rows, "metrics": config.out / "metrics.jsonl", "plot": None}
     if rows:
         result["plot"] = plot_metrics(rows, config.out / "metrics.png", f"edge-verl demo: {config.algorithm} ({config.trainer})")

@@ -3,7 +3,9 @@ import json
 import pytest
 
 from edge_verl_lab.demo import task
-from edge_verl_lab.demo.run import DemoConfig, build_overrides, collect_metrics, failure_lines, prepare_inputs, summarise
+from edge_verl_lab.demo.run import (
+    DemoConfig, build_overrides, collect_metrics, failure_lines, keep_logged_rows, prepare_inputs, summarise,
+)
 
 
 def test_config_rejects_bad_values_naming_the_allowed_ones():
@@ -31,6 +33,21 @@ def test_the_vllm_demo_gets_vllm_and_a_model_vllms_cpu_attention_supports(tmp_pa
     assert model.config.num_key_value_heads == 1
     with pytest.raises(ValueError, match="attention_heads=3 must be >= 1 and divide hidden_size=64"):
         tiny.build_model(tiny.build_tokenizer(tmp_path / "tok"), attention_heads=3)
+
+
+def test_a_run_over_several_nodes_joins_a_cluster_and_splits_each_update_over_its_workers(tmp_path):
+    paths = {"model": tmp_path / "m", "train": tmp_path / "t.parquet", "val": tmp_path / "v.parquet"}
+    config = DemoConfig(out=tmp_path, nnodes=2, ray_address="10.0.0.1:6379")
+    values = dict(item.split("=", 1) for item in build_overrides(config, paths))
+    assert (values["trainer.nnodes"], values["trainer.n_gpus_per_node"], values["+ray_kwargs.ray_init.address"]) == ("2", "1", "10.0.0.1:6379")
+    # 8 prompts x 8 responses in 2 updates over 2 workers: 16 rollouts per worker and update, 32 per worker in a pass
+    assert values["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "16"
+    assert values["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == "32"
+    assert "+ray_kwargs.ray_init.num_gpus" not in values  # the joined cluster's nodes declare their own
+    with pytest.raises(ValueError, match="nnodes=2 needs ray_address"):
+        DemoConfig(out=tmp_path, nnodes=2)
+    with pytest.raises(ValueError, match="3 trainer workers must divide an update's 4 prompts"):
+        DemoConfig(out=tmp_path, workers_per_node=3)
 
 
 def test_overrides_select_the_trainer_estimator_and_cpu_backend(tmp_path):
@@ -94,6 +111,17 @@ def test_collect_metrics_merges_records_per_step_and_keeps_previous_rows_on_resu
     rows = collect_metrics(raw, out, keep_previous=True)
     assert rows == [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0, "b": 3.0}]
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+
+
+def test_a_resumed_demo_keeps_the_rows_an_interrupted_attempt_logged(tmp_path):
+    # an attempt killed after step 2: its rows are in verl's log only (its metrics.jsonl was never collected); the
+    # resumed run's logger starts that log afresh with step 3, so the rows must be kept before it starts
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "a": 1.0}) + "\n")  # an earlier resume's collection
+    (tmp_path / "verl_metrics.jsonl").write_text(json.dumps({"step": 2, "data": {"a": 2.0}}) + "\n")
+    assert [row["step"] for row in keep_logged_rows(tmp_path)] == [1, 2]
+    (tmp_path / "verl_metrics.jsonl").write_text(json.dumps({"step": 3, "data": {"a": 3.0}}) + "\n")  # the resumed run
+    rows = collect_metrics(tmp_path / "verl_metrics.jsonl", tmp_path / "metrics.jsonl", keep_previous=True)
+    assert rows == [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0}, {"step": 3, "a": 3.0}]
 
 
 def test_summary_compares_first_and_last_steps():
