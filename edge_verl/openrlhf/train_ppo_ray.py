@@ -90,8 +90,9 @@ def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
     """OpenRLHF's ``runtime_env`` plus, in its env_vars, the launcher's plugin settings (``EDGE_VERL_*``: estimators
     of one's own, the reward's limits, the CPU stand-in, ...) and the options' content (``options``: ``options_text``)."""
     merged = dict(runtime_env or {})
-    settings = {name: value for name, value in travelling_settings().items() if name != ENV_VAR}  # a path: this machine's
-    ours = {**settings, CONTENT_ENV_VAR: options}
+    # every setting, the options file's path among them (a worker reads the content, which wins): a local cluster's
+    # raylet inherits the launcher's environment, and every node must see the job's settings (nodes.check_nodes)
+    ours = {**travelling_settings(), CONTENT_ENV_VAR: options}
     return {**merged, "env_vars": {**(merged.get("env_vars") or {}), **ours}}
 
 

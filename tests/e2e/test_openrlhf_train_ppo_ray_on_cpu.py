@@ -334,5 +334,5 @@ def test_the_launcher_checks_every_node_of_a_two_node_cluster_and_its_settings_r
     for report in nodes.values():  # the launcher's edge_verl on both nodes, and its settings in effect there
         assert "problem" not in report and {"gepo", "edge_eda"} <= set(report["estimators"])
         assert report["settings"]["EDGE_VERL_REWARD_TIMEOUT"] == "7" and report["in_effect"]["reward_timeout_s"] == 7.0
-        assert report["settings"]["EDGE_VERL_OPENRLHF_CPU"] == "1" and "EDGE_VERL_OPENRLHF" not in report["settings"]
+        assert report["settings"]["EDGE_VERL_OPENRLHF_CPU"] == "1" and report["settings"]["EDGE_VERL_OPENRLHF_OPTIONS"]
     assert "edge-verl placement: " in run["log"]
