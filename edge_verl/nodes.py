@@ -57,9 +57,29 @@ class ClusterCheckFailed(SystemExit):
         return self.message
 
 
-def travelling_settings(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The plugin's settings in ``environ``: every ``EDGE_VERL_*`` variable."""
+def travelling_settings(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The plugin's settings in ``environ`` (default: this process's environment): every ``EDGE_VERL_*`` variable."""
+    environ = os.environ if environ is None else environ
     return {name: value for name, value in sorted(environ.items()) if name.startswith(SETTINGS_PREFIX)}
+
+
+# Ray's variable holding a submitted job's config in its driver (``ray job submit``), runtime env included.
+JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
+def submitted_env_vars(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The env_vars of a submitted job's runtime env (``ray job submit``; none in a driver started by hand)."""
+    environ = os.environ if environ is None else environ
+    job = json.loads(environ.get(JOB_CONFIG_VARIABLE) or "{}")
+    return dict((job.get("runtime_env") or {}).get("env_vars") or {})
+
+
+def settings_to_pass(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The driver's settings (``travelling_settings``) that its ``ray.init`` must add to the job's runtime env: all but
+    those a submitted job's runtime env already sets, which reach every worker of the job through Ray (and which Ray
+    refuses to see set twice: "Failed to merge the Job's runtime env")."""
+    submitted = submitted_env_vars(environ)
+    return {name: value for name, value in travelling_settings(environ).items() if name not in submitted}
 
 
 # --- the plugin on every node -----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 in verl's driver (``main_ppo``'s process):
 
 - **Settings travel** (``runtime_env_with_settings``): every ``EDGE_VERL_*`` variable of the driver's environment
-  joins the job's Ray ``runtime_env`` (verl's default one, under the user's ``ray_kwargs.ray_init.runtime_env``,
+  that a submitted job's runtime env does not already carry (``nodes.settings_to_pass``) joins the job's Ray ``runtime_env`` (verl's default one, under the user's ``ray_kwargs.ray_init.runtime_env``,
   which wins), so every worker of the run, on any node, reads the driver's value. For every run, as a worker on the
   driver's own node would have inherited it.
 - **Checked and watched** (``arm``, runs that use the plugin): right after ``ray.init`` every node is probed, the
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.trainer import plugin_in_use
-from edge_verl.nodes import guard_run, travelling_settings
+from edge_verl.nodes import guard_run, settings_to_pass
 
 
 def runtime_env_with_settings(original: Callable) -> Callable:
@@ -28,7 +28,7 @@ def runtime_env_with_settings(original: Callable) -> Callable:
     def get_ppo_ray_runtime_env(*args, **kwargs):
         runtime_env = original(*args, **kwargs)
         env_vars = runtime_env.setdefault("env_vars", {})
-        for name, value in travelling_settings().items():
+        for name, value in settings_to_pass().items():
             env_vars.setdefault(name, value)
         return runtime_env
 

@@ -4,6 +4,8 @@ tests/e2e/test_two_nodes_on_cpu.py (verl) and tests/e2e/test_openrlhf_train_ppo_
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 
 import pytest
@@ -132,3 +134,14 @@ def test_only_a_run_that_uses_the_plugin_is_checked_after_ray_init():
         assert hooks == [*before, cluster._after_ray_init]
     finally:
         hooks[:] = before
+
+
+def test_a_submitted_jobs_own_settings_are_not_passed_again(monkeypatch):
+    # `ray job submit --runtime-env-json` gives the driver its settings and every worker of the job too; Ray refuses
+    # a ray.init runtime env that sets one of them again ("Failed to merge the Job's runtime env")
+    job = json.dumps({"runtime_env": {"env_vars": {"EDGE_VERL_REWARD_WAIT": "9"}}})
+    environ = {"EDGE_VERL_REWARD_TIMEOUT": "7", "EDGE_VERL_REWARD_WAIT": "9", nodes.JOB_CONFIG_VARIABLE: job}
+    assert nodes.settings_to_pass(environ) == {"EDGE_VERL_REWARD_TIMEOUT": "7"}
+    assert nodes.settings_to_pass({"EDGE_VERL_REWARD_WAIT": "9"}) == {"EDGE_VERL_REWARD_WAIT": "9"}
+    monkeypatch.setattr(os, "environ", environ)
+    assert cluster.runtime_env_with_settings(lambda config=None: {})()["env_vars"] == {"EDGE_VERL_REWARD_TIMEOUT": "7"}
