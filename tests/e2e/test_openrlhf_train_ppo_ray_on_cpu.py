@@ -317,6 +317,7 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
         assert metrics[step]["gepo/h_low"] == pytest.approx(batch["h_low"], rel=1e-5)
 
 
+@pytest.mark.multinode
 @pytest.mark.skipif(two_nodes.skip_reason() is not None, reason=str(two_nodes.skip_reason()))
 @pytest.mark.parametrize("parts", [REAL])
 def test_the_launcher_checks_every_node_of_a_two_node_cluster_and_its_settings_reach_them(inputs, tmp_path, parts):

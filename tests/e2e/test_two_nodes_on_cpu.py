@@ -29,7 +29,7 @@ from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe, r
 from edge_verl_lab.same_run import final_weights, read_rows, run_differences
 from tests.e2e import two_nodes
 
-pytestmark = pytest.mark.skipif(two_nodes.skip_reason() is not None, reason=str(two_nodes.skip_reason()))
+pytestmark = [pytest.mark.multinode, pytest.mark.skipif(two_nodes.skip_reason() is not None, reason=str(two_nodes.skip_reason()))]
 
 STEPS = 3
 HEAD, WORKER = two_nodes.ADDRESSES
