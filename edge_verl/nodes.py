@@ -200,6 +200,12 @@ def check_nodes(framework: str) -> dict[str, dict]:
     settings; prints one line ``edge-verl nodes: {...}`` with the reports and returns them."""
     import ray
 
+    alive = alive_nodes(ray)
+    if len(alive) == 1 and alive[0]["NodeID"] == ray.get_runtime_context().get_node_id():
+        # one node, the driver's: its workers run this machine's Python, as the driver does (a probe would cost every
+        # single-machine run a process importing torch and verl)
+        print("edge-verl nodes: one node, the driver's own: not probed", flush=True)
+        return {}
     reports = node_reports(framework)
     print(f"edge-verl nodes: {json.dumps(reports, sort_keys=True)}", flush=True)
     problems = node_problems(installation_report(framework), job_settings(ray), reports)
