@@ -2,9 +2,10 @@
 in verl's driver (``main_ppo``'s process):
 
 - **Settings travel** (``runtime_env_with_settings``): every ``EDGE_VERL_*`` variable of the driver's environment
-  that a submitted job's runtime env does not already carry (``nodes.settings_to_pass``) joins the job's Ray ``runtime_env`` (verl's default one, under the user's ``ray_kwargs.ray_init.runtime_env``,
-  which wins), so every worker of the run, on any node, reads the driver's value. For every run, as a worker on the
-  driver's own node would have inherited it.
+  that a submitted job's runtime env does not already carry (``nodes.settings_to_pass``) joins the job's Ray
+  ``runtime_env`` (verl's default one, under the user's ``ray_kwargs.ray_init.runtime_env``, which wins), so every
+  worker of the run, on any node, reads the driver's value. For every run, as a worker on the driver's own node
+  would have inherited it.
 - **Checked and watched** (``arm``, runs that use the plugin): right after ``ray.init`` every node is probed, the
   nodes are watched while the run trains and the placement is printed at the end (``nodes.guard_run``).
 

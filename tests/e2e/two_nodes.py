@@ -149,9 +149,8 @@ class TwoNodeCluster:
 def python_without_plugin(root: Path, python: str = sys.executable) -> str:
     """A Python environment with every package of ``python``'s but edge-verl and its lab (a venv whose site-packages
     links each entry of the other's but theirs): what a node on which the plugin was never installed has. Its python."""
-    query = "import sys, sysconfig; print(sys.prefix); print(sysconfig.get_paths()['purelib'])"
-    prefix, purelib = subprocess.run([python, "-c", query], capture_output=True, text=True, check=True).stdout.split()
-    base = subprocess.run([python, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True).stdout.strip()
+    query = "import sys, sysconfig; print(sys.prefix); print(sysconfig.get_paths()['purelib']); print(sys.base_prefix)"
+    prefix, purelib, base = subprocess.run([python, "-c", query], capture_output=True, text=True, check=True).stdout.split()
     subprocess.run([str(Path(base) / "bin" / "python3"), "-m", "venv", "--without-pip", "--clear", str(root)], check=True)
     ours = Path(purelib)
     theirs = root / ours.relative_to(prefix)
