@@ -4,15 +4,16 @@ OpenRLHF's ``train_ppo_ray`` in its own environment, ~1 min each).
 The markers are applied here from the folder, so a test cannot sit in a folder and miss its tier.
 ``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
 
-Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts): an e2e run is a chain of
-single-process start-ups (driver, Ray, TaskRunner, workers), so the fast tiers run beside it on the other
-core, at a lower priority (``BESIDE_NICENESS``). What must not share the machine with anything else of the
-suite runs in ONE worker, in collection order (``SERIAL`` below): every Ray session (two on one machine fail
-at start-up) and the tests that grade against a deadline (the doctor's self-check, tests/reward/, OpenRLHF's
-reward hook), which come after the e2e runs, by when the other worker is done. ``-p no:xdist`` or ``-n 0``
-runs everything in one process."""
+Three workers (pytest-xdist, ``-n 3`` in pyproject.toml's addopts, scheduler below): an e2e run is a chain of
+single-process start-ups (driver, Ray, TaskRunner, workers) that keeps about one of the two cores busy, so two e2e
+files run side by side (each on its own local Ray cluster, or in network namespaces of its own) and the third
+worker runs the fast tiers beside them at a lower priority (``BESIDE_NICENESS``), then takes e2e files too. An e2e
+file runs whole on one worker (its module fixtures), the longest first (``E2E_MINUTES``). The tests that grade
+against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, in one
+worker, once no other worker has an e2e test left. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -23,28 +24,35 @@ TESTS = REPO_ROOT / "tests"
 FOLDER_MARKERS = {TESTS / "e2e": "e2e", TESTS / "integration": "verl"}
 
 
-# Tests that run one after another in one worker (see above): folders, and single files of other folders.
-SERIAL = (
-    TESTS / "e2e",
+# Tests that grade against a deadline: one work unit, run when no e2e run is left beside it (see above).
+DEADLINE = (
     TESTS / "integration" / "test_doctor_on_cpu.py",
     TESTS / "integration" / "test_core_without_lab_on_cpu.py",  # the doctor's self-check, twice
     TESTS / "integration" / "test_reward_in_ray_on_cpu.py",
     TESTS / "openrlhf",
     TESTS / "reward",
 )
+# Minutes an e2e file took in CI (its durations report): the scheduler starts the longest first, so that the
+# workers end together. A file not listed counts as DEFAULT_E2E_MINUTES.
+E2E_MINUTES = {
+    "test_openrlhf_train_ppo_ray_on_cpu.py": 13, "test_two_nodes_on_cpu.py": 13, "test_vllm_rollout_on_cpu.py": 7,
+    "test_study_on_cpu.py": 6, "test_demo_command_on_cpu.py": 6, "test_openrlhf_docs_command_on_cpu.py": 6,
+    "test_reproducible_runs_on_cpu.py": 5, "test_main_ppo_on_cpu.py": 5, "test_megatron_on_cpu.py": 4,
+    "test_reproduce_on_cpu.py": 4, "test_gec_controls_on_cpu.py": 3, "test_tiled_head_on_cpu.py": 2,
+}
+DEFAULT_E2E_MINUTES = 3
 
 
-# The niceness of a worker while it runs a test outside SERIAL (the processes a test starts inherit it): the
-# e2e runs are the critical path, so the tests beside them take only the CPU time those leave. Measured in
-# the first two-worker CI run: without it, the first two e2e runs took 4:47 and 3:24 beside the fast tiers
-# (2:23 and 2:00 alone).
+# The niceness of a worker while it runs a fast-tier test (the processes a test starts inherit it): the e2e runs
+# are the critical path, so the tests beside them take only the CPU time those leave. Measured in the first
+# two-worker CI run: without it, the first two e2e runs took 4:47 and 3:24 beside the fast tiers (2:23 and 2:00
+# alone).
 BESIDE_NICENESS = 15
 
 
-def serial_prefixes(rootpath: Path) -> tuple[str, ...]:
-    """SERIAL as the node-id prefixes of its tests (a folder ends in "/"), what both the scheduler and the
-    niceness below test against."""
-    return tuple(path.relative_to(rootpath).as_posix() + ("/" if path.is_dir() else "") for path in SERIAL)
+def prefixes(rootpath: Path, paths) -> tuple[str, ...]:
+    """``paths`` as the node-id prefixes of their tests (a folder ends in "/")."""
+    return tuple(path.relative_to(rootpath).as_posix() + ("/" if path.is_dir() else "") for path in paths)
 
 
 def pytest_configure(config):
@@ -64,7 +72,7 @@ def pytest_configure(config):
 def pytest_runtest_setup(item):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    wanted = 0 if item.nodeid.startswith(serial_prefixes(item.config.rootpath)) else BESIDE_NICENESS
+    wanted = 0 if item.nodeid.startswith(prefixes(item.config.rootpath, (TESTS / "e2e", *DEADLINE))) else BESIDE_NICENESS
     try:
         os.setpriority(os.PRIO_PROCESS, 0, wanted)
     except PermissionError:  # back to 0 needs CAP_SYS_NICE; a serial test then runs niced, never wrong
@@ -78,32 +86,89 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(marker)
 
 
-# The serial tests are one work unit, handed whole to one worker, every other test a unit of its own. With
-# e2e runs in it, the unit goes first (the e2e runs are the critical path, and its deadline tests, last in
-# it, then run when the other worker has long finished); without, it goes last, so that its deadline tests
-# do not run beside the fast tiers either. xdist's own grouping (``--dist loadgroup``) renames node ids,
-# which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session
-# answers this hook too, and the first answer is the one used.
+# The scheduler (see the module's docstring). Work units: each e2e file, the DEADLINE tests together, every other
+# test alone. A worker asks for its next unit while its last two tests are still queued (xdist runs a worker's
+# last test only once it knows the next one or is told to stop), and the unit it gets is chosen for it: the last
+# worker (the fast tiers' home) takes fast tests first, the others e2e files first (longest first); the DEADLINE
+# unit comes last, and its tests wait for the e2e tests still running elsewhere (``wait_for_e2e_beside``). xdist's
+# own grouping (``--dist loadgroup``) renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping
+# is this scheduler's. tryfirst: xdist's session answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    serial = serial_prefixes(config.rootpath)
-    e2e = (TESTS / "e2e").relative_to(config.rootpath).as_posix() + "/"
+    deadline = prefixes(config.rootpath, DEADLINE)
+    e2e = prefixes(config.rootpath, (TESTS / "e2e",))
 
-    class SerialAndLoad(LoadScopeScheduling):
+    def minutes(scope: str) -> float:
+        return E2E_MINUTES.get(scope.rsplit("/", 1)[-1], DEFAULT_E2E_MINUTES)
+
+    class E2eSideBySide(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "serial" if nodeid.startswith(serial) else nodeid
+            if nodeid.startswith(deadline):
+                return "deadline"
+            return nodeid.split("::", 1)[0] if nodeid.startswith(e2e) else nodeid
+
+        def _next_scope(self, node) -> str:
+            longest_e2e = max((scope for scope in self.workqueue if scope.startswith(e2e)), key=minutes, default=None)
+            fast = next((scope for scope in self.workqueue if scope != "deadline" and not scope.startswith(e2e)), None)
+            fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
+            preferred = (fast, longest_e2e) if fast_tiers_home else (longest_e2e, fast)
+            return next((scope for scope in preferred if scope is not None), "deadline")
 
         def _assign_work_unit(self, node) -> None:
-            unit = self.workqueue.get("serial")
-            if unit is not None and len(self.workqueue) > 1 and not any(nodeid.startswith(e2e) for nodeid in unit):
-                self.workqueue.move_to_end("serial")
-            super()._assign_work_unit(node)
+            scope = self._next_scope(node)
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
-    return SerialAndLoad(config, log)
+    return E2eSideBySide(config, log)
+
+
+def e2e_running_folder(config) -> Path:
+    """Where each xdist worker marks the e2e test it runs: a folder of this session's, shared by its workers."""
+    return config._tmp_path_factory.getbasetemp().parent / "e2e_running"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None or not item.nodeid.startswith(prefixes(item.config.rootpath, (TESTS / "e2e",))):
+        return (yield)
+    marker = e2e_running_folder(item.config) / worker
+    marker.parent.mkdir(exist_ok=True)
+    marker.write_text(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+# How long a DEADLINE test waits for the e2e tests beside it to end (then it runs anyway).
+E2E_WAIT_S = 3600
+
+
+@pytest.fixture(autouse=True, scope="session")
+def e2e_ended_beside():
+    """Whether this worker saw no e2e test running on another (set by the first DEADLINE test that waits)."""
+    return []
+
+
+@pytest.fixture(autouse=True)
+def wait_for_e2e_beside(request, e2e_ended_beside):
+    """The first DEADLINE test of a worker starts once no other worker runs an e2e test (seen so twice, 2 s apart):
+    the DEADLINE unit is the scheduler's last, so no e2e file starts after it."""
+    if e2e_ended_beside or os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(
+            prefixes(request.config.rootpath, DEADLINE)):
+        return
+    folder, give_up, quiet = e2e_running_folder(request.config), time.monotonic() + E2E_WAIT_S, 0
+    while quiet < 2 and time.monotonic() < give_up:
+        quiet = quiet + 1 if not (folder.is_dir() and any(folder.iterdir())) else 0
+        time.sleep(2)
+    e2e_ended_beside.append(True)
 
 
 @pytest.fixture(scope="session")

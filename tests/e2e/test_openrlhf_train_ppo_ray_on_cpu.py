@@ -26,6 +26,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ from edge_verl.openrlhf.train_ppo_ray import GEC_AGENT_FILE, REWARD_FILE
 from edge_verl_lab.demo import task
 from edge_verl_lab.demo.run import DemoConfig, build_warm_model, model_recipe
 from tests.e2e import two_nodes
+from tests.e2e.ray_head import own_ray_head
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv" / "openrlhf-cpu" / "bin" / "python"
@@ -286,20 +288,17 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     out.mkdir()
     (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}, "dump": {"dir": str(out / "dump")}}))
     env = cpu_environment()
-    ray = [str(VENV_PYTHON.parent / "ray")]
-    started = subprocess.run([*ray, "start", "--head", "--num-gpus", "2", "--num-cpus", "8", "--include-dashboard",
-                              "true", "--dashboard-host", "127.0.0.1", "--disable-usage-stats"],
-                             env=env, capture_output=True, text=True, timeout=300)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        runtime_env = json.dumps({"env_vars": {"EDGE_VERL_OPENRLHF": str(out / "options.json")}})
-        result = subprocess.run(
-            [*ray, "job", "submit", "--address", "http://127.0.0.1:8265", "--runtime-env-json", runtime_env, "--",
-             "python", "-m", "edge_verl.openrlhf.train_ppo_ray", *launcher_arguments(inputs, out, "gepo", 2)],
-            env=env, cwd=out, capture_output=True, text=True, timeout=900,
-        )
-    finally:
-        subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=300)
+    ray = str(VENV_PYTHON.parent / "ray")
+    runtime_env = json.dumps({"env_vars": {"EDGE_VERL_OPENRLHF": str(out / "options.json")}})
+    # a head of the test's own (tests/e2e/ray_head.py): not the machine's default Ray folder and ports
+    with own_ray_head(ray, env, "--num-gpus", "2", "--num-cpus", "8", "--include-dashboard", "true") as head:
+        submit = [ray, "job", "submit", "--address", head["dashboard"], "--runtime-env-json", runtime_env, "--",
+                  "python", "-m", "edge_verl.openrlhf.train_ppo_ray", *launcher_arguments(inputs, out, "gepo", 2)]
+        for _ in range(6):  # the head's job agent registers a few seconds after `ray start` returns
+            result = subprocess.run(submit, env=env, cwd=out, capture_output=True, text=True, timeout=900)
+            if "No available agent to submit job" not in result.stdout + result.stderr:
+                break
+            time.sleep(5)
     log = result.stdout + result.stderr
     (out / "job.log").write_text(log)
     assert result.returncode == 0 and "succeeded" in log, log[-8000:]
