@@ -246,15 +246,30 @@ class NodeWatch:
             except Exception:  # the cluster's GCS itself is gone: verl's own wait fails too
                 return
             if dead:
-                self.lost = (f"{PREFIX}: node {', '.join(dead)} was lost during the run (Ray reports it dead); the run stops. "
-                             "Bring the node back (or replace it) and run the same command with trainer.resume_mode=auto: "
-                             "it resumes from the last checkpoint in trainer.default_local_dir, which every node must see")
+                self.lost = self._message(dead)
                 print(self.lost, file=sys.stderr, flush=True)
                 if not self._stop.wait(self._grace_s):
                     print_placement(self._ray)
                     print(self.lost, file=sys.stderr, flush=True)
                     self._end(EXIT_CODE)
                 return
+
+    @staticmethod
+    def _message(dead: list[str]) -> str:
+        return (f"{PREFIX}: node {', '.join(dead)} was lost during the run (Ray reports it dead); the run stops. "
+                "Bring the node back (or replace it) and run the same command with trainer.resume_mode=auto: "
+                "it resumes from the last checkpoint in trainer.default_local_dir, which every node must see")
+
+    def check_now(self) -> Optional[str]:
+        """One look at the watched nodes now (the driver's last, at its exit: verl may fail before the next poll,
+        e.g. when its TaskRunner ran on the lost node); the message when one is lost, else None."""
+        if self.lost is None:
+            try:
+                dead = self._dead()
+            except Exception:  # the cluster itself is gone
+                return None
+            self.lost = self._message(dead) if dead else None
+        return self.lost
 
     def stop(self) -> None:
         self._stop.set()
@@ -291,6 +306,7 @@ def guard_run(framework: str) -> NodeWatch:
     def at_exit() -> None:
         watch.stop()
         if ray.is_initialized():
+            watch.check_now()
             print_placement(ray)
         if watch.lost:
             print(watch.lost, file=sys.stderr, flush=True)

@@ -145,3 +145,14 @@ def test_a_submitted_jobs_own_settings_are_not_passed_again(monkeypatch):
     assert nodes.settings_to_pass({"EDGE_VERL_REWARD_WAIT": "9"}) == {"EDGE_VERL_REWARD_WAIT": "9"}
     monkeypatch.setattr(os, "environ", environ)
     assert cluster.runtime_env_with_settings(lambda config=None: {})()["env_vars"] == {"EDGE_VERL_REWARD_TIMEOUT": "7"}
+
+
+def test_a_node_lost_between_two_polls_is_named_by_the_drivers_last_look_at_exit():
+    # verl's driver may fail before the watch's next poll (its TaskRunner ran on the lost node): the exit's look
+    # (check_now) names the node; with every node alive it says nothing
+    fake = _Nodes()
+    watch = nodes.NodeWatch(fake, poll_s=3600, grace_s=5, end=lambda code: None)
+    assert watch.check_now() is None
+    fake.lose.set()
+    assert "node 10.0.0.2 was lost during the run" in watch.check_now()
+    watch.stop()
