@@ -231,9 +231,9 @@ class NodeWatch:
     def __init__(self, ray_module: Any, poll_s: float = NODE_POLL_S, grace_s: float = NODE_LOSS_GRACE_S,
                  end: Callable[[int], None] = os._exit):
         self._ray = ray_module
-        alive = alive_nodes(ray_module)
-        self._nodes = {node["NodeID"]: node["NodeManagerAddress"] for node in alive}
-        self._raylets = {node["NodeID"]: (node["NodeManagerAddress"], node.get("NodeManagerPort")) for node in alive}
+        # each watched node's raylet: (address, port)
+        self._raylets = {node["NodeID"]: (node["NodeManagerAddress"], node.get("NodeManagerPort"))
+                         for node in alive_nodes(ray_module)}
         self._poll_s, self._grace_s, self._end = poll_s, grace_s, end
         self._stop = threading.Event()
         self.lost: Optional[str] = None
@@ -242,7 +242,7 @@ class NodeWatch:
 
     def _dead(self) -> list[str]:
         alive = {node["NodeID"] for node in self._ray.nodes() if node["Alive"]}
-        return sorted(address for node_id, address in self._nodes.items() if node_id not in alive)
+        return sorted(address for node_id, (address, _) in self._raylets.items() if node_id not in alive)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_s):

@@ -7,7 +7,7 @@ The markers are applied here from the folder, so a test cannot sit in a folder a
 Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below). An e2e run is a chain of
 single-process start-ups (driver, Ray, TaskRunner, workers): alone it keeps about one of the two cores busy, but
 three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %, each run 3x
-slower: busy-waiting actors), so the e2e files run one after another in one worker (``E2E``), in collection order,
+slower: busy-waiting actors), so the e2e files run one after another in one worker (the unit "e2e"), in collection order,
 and beside them, in the other, the fast tiers at a lower priority (``BESIDE_NICENESS``), then the two-node tests
 (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the chain's local clusters
 but the CPU). The tests that grade against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/,
@@ -148,7 +148,7 @@ def pytest_runtest_protocol(item, nextitem):
 E2E_WAIT_S = 3600
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(scope="session")
 def e2e_ended_beside():
     """Whether this worker saw no e2e test running on another (set by the first DEADLINE test that waits)."""
     return []

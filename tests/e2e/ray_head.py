@@ -2,8 +2,8 @@
 
 ``ray start --head`` as a user types it takes the machine's default Ray folder and GCS port and writes the "current
 cluster" file that every later plain ``ray.init()`` on the machine joins; ``ray stop --force`` then kills every Ray
-process of the machine. Beside other tests (pytest-xdist runs e2e files side by side, tests/conftest.py) both break
-them: a local run joins the test's cluster, or its raylet is killed mid-run. This head has a folder of its own (the
+process of the machine. Beside other tests (pytest-xdist runs the two-node tests and the fast tiers beside the e2e
+chain, tests/conftest.py) both break them: a local run joins the test's cluster, or its raylet is killed mid-run. This head has a folder of its own (the
 "current cluster" file lands there), free ports, and is stopped by ending exactly its own processes.
 """
 
