@@ -5,14 +5,15 @@ The markers are applied here from the folder, so a test cannot sit in a folder a
 ``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
 
 Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below). An e2e run is a chain of
-single-process start-ups (driver, Ray, TaskRunner, workers): alone it keeps about one of the two cores busy, but
-three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %, each run 3x
-slower: busy-waiting actors), so the e2e files run one after another in one worker (the unit "e2e"), in collection order,
-and beside them, in the other, the fast tiers at a lower priority (``BESIDE_NICENESS``), then the two-node tests
-(``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the chain's local clusters
-but the CPU). The tests that grade against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/,
-OpenRLHF's reward hook) run last, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or
-``-n 0`` runs everything in one process."""
+single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl for ~7-10 s): alone it keeps about
+one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
+alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
+each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
+time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
+the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
+clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
+(``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, once no e2e test runs beside
+them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -34,11 +35,30 @@ DEADLINE = (
     TESTS / "openrlhf",
     TESTS / "reward",
 )
-# The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e chain.
+# The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
 )
+# The e2e files' durations alone here (seconds, rounded; measured in CI runs), the order the scheduler hands them
+# out in: longest first, so that the two workers end together. A file missing here goes last; a wrong figure costs
+# time, never a result.
+E2E_SECONDS = {
+    "test_openrlhf_train_ppo_ray_on_cpu.py": 560,
+    "test_demo_command_on_cpu.py": 330,
+    "test_vllm_rollout_on_cpu.py": 280,
+    "test_main_ppo_on_cpu.py": 270,
+    "test_study_on_cpu.py": 210,
+    "test_megatron_on_cpu.py": 175,
+    "test_openrlhf_docs_command_on_cpu.py": 170,
+    "test_reproducible_runs_on_cpu.py": 150,
+    "test_gec_controls_on_cpu.py": 105,
+    "test_reproduce_on_cpu.py": 105,
+    "test_tiled_head_on_cpu.py": 100,
+    "test_openrlhf_upstream_series_on_cpu.py": 60,
+    "test_evaluation_on_cpu.py": 30,
+    "test_preflight_before_ray_on_cpu.py": 20,
+}
 
 
 # The niceness of a worker while it runs a fast-tier test (the processes a test starts inherit it): the e2e runs
@@ -84,14 +104,14 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(marker)
 
 
-# The scheduler (see the module's docstring). Work units: the e2e files but the two-node ones ("e2e"), the two-node
-# files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next unit while
-# its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or is told to
-# stop), and the unit it gets is chosen for it: the first worker takes the e2e chain first, the last (the fast tiers'
-# home) fast tests first and then the two-node tests; the DEADLINE unit comes last, and its tests wait for the e2e
-# tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which pytest 9.2 no
-# longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this hook too, and
-# the first answer is the one used.
+# The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
+# two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
+# unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
+# is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
+# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE unit comes last, and its tests
+# wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
+# pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
+# hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
@@ -102,17 +122,24 @@ def pytest_xdist_make_scheduler(config, log):
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
 
-    class ChainAndBeside(LoadScopeScheduling):
+    class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            for scope, prefix in (("deadline", deadline), ("multinode", multinode), ("e2e", e2e)):
-                if nodeid.startswith(prefix):
-                    return scope
+            if nodeid.startswith(deadline):
+                return "deadline"
+            if nodeid.startswith(multinode):
+                return "multinode"
+            if nodeid.startswith(e2e):
+                return "e2e:" + nodeid.split("::")[0]
             return nodeid
 
         def _next_scope(self, node) -> str:
-            fast = next((scope for scope in self.workqueue if scope not in ("e2e", "multinode", "deadline")), None)
+            e2e_files = sorted((scope for scope in self.workqueue if scope.startswith("e2e:")),
+                               key=lambda scope: -E2E_SECONDS.get(Path(scope).name, 0))
+            longest = e2e_files[0] if e2e_files else None
+            fast = next((scope for scope in self.workqueue
+                         if scope not in ("multinode", "deadline") and not scope.startswith("e2e:")), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
-            preferred = (fast, "multinode", "e2e") if fast_tiers_home else ("e2e", fast, "multinode")
+            preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
             return next((scope for scope in preferred if scope in self.workqueue), "deadline")
 
         def _assign_work_unit(self, node) -> None:
@@ -122,7 +149,7 @@ def pytest_xdist_make_scheduler(config, log):
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
-    return ChainAndBeside(config, log)
+    return TwoHeavyAtMost(config, log)
 
 
 def e2e_running_folder(config) -> Path:
