@@ -201,13 +201,10 @@ def test_gepo_trains_two_steps_checkpoints_and_resumes_with_its_thresholds(input
 def test_edge_eda_is_edas_function_of_the_runs_own_batch_and_the_weight_sync_carries_the_trained_weights(inputs, tmp_path, parts):
     # OpenRLHF's rollout correction (--algo.advantage.is_correction_level token) has vLLM return the sampled
     # tokens' log-probs and logs vllm_kl = mean(vLLM's log-prob - the trainer's old-policy log-prob) at each step.
-    # The same two EDA steps twice: weights synced after step 1, and never loaded by vLLM (cpu.SKIP_WEIGHT_LOAD_ENV_VAR).
-    def run(name, env=None):
-        out = tmp_path / name
-        options = {"edge_eda": {"entropy_gradient": False}, "dump": {"dir": str(out / "dump")}}
-        return train(inputs, out, "edge_eda", 2, options, "--algo.advantage.is_correction_level", "token", env=env), out
-
-    synced, out = run("eda")
+    # Two EDA steps, the weights synced after step 1.
+    out = tmp_path / "eda"
+    options = {"edge_eda": {"entropy_gradient": False}, "dump": {"dir": str(out / "dump")}}
+    synced = train(inputs, out, "edge_eda", 2, options, "--algo.advantage.is_correction_level", "token")
     batches = dumps(out / "dump")
     assert len(batches) == 2 and all(batch["estimator"] == "edge_eda" for batch in batches)
     for step, batch in zip((1, 2), batches):
@@ -228,11 +225,11 @@ def test_edge_eda_is_edas_function_of_the_runs_own_batch_and_the_weight_sync_car
     assert difference.mean() < 0.01 and difference.max() < 0.05, (difference.mean(), difference.max())
     assert synced["metrics"][1]["actor_grad_norm"] > 0  # step 1 moved the policy
 
-    skipped, _ = run("eda_unsynced", env={cpu.SKIP_WEIGHT_LOAD_ENV_VAR: "1"})
-    kl_synced, kl_skipped = abs(synced["metrics"][2]["vllm_kl"]), abs(skipped["metrics"][2]["vllm_kl"])
-    # vLLM sampled step 2 from the moved policy: |vllm_kl| far below the run that never loaded the weights
-    # (measured: 3e-6 synced, 0.038 never loaded)
-    assert kl_synced < 3e-3 < kl_skipped, (kl_synced, kl_skipped)
+    # vLLM sampled step 2 from the moved policy: |vllm_kl| of the synced weights. Measured: 3e-6 here, 0.038 in the
+    # same run whose vLLM never loads the synced weights (cpu.SKIP_WEIGHT_LOAD_ENV_VAR=1), the control this
+    # threshold was set between (run once per change of the weight sync, not in every CI run: a run's start-up)
+    kl_synced = abs(synced["metrics"][2]["vllm_kl"])
+    assert kl_synced < 3e-3, kl_synced
 
 
 @pytest.mark.parametrize("parts", [REAL])
@@ -266,24 +263,11 @@ def test_edge_gec_corrects_training_never_evaluation_and_evaluates_each_benchmar
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_the_async_trainer_runs_gepo_checkpoints_its_thresholds_and_keeps_eval_logs(inputs, tmp_path, parts):
-    # --train.async_enable: OpenRLHF's PPOTrainerAsync creates its TrainingActor and GenerateSamplesActor itself;
-    # the launcher's PPOTrainerAsync creates edge_verl's subclasses of both
-    out = tmp_path / "async"
-    run = train(inputs, out, "gepo", 2, {"gepo": {}}, "--train.async_enable", "--eval.dataset", str(inputs["data"]),
-                "--eval.steps", "1", "--eval.temperature", "0.1")
-    assert sorted(run["metrics"]) == [1, 2] and all("gepo/h_low" in logged for logged in run["metrics"].values())
-    assert saved_thresholds(out, 2)["num_updates"] == 2
-    evaluation = re.search(r"Async evaluation completed: (\{.*\})", run["log"])
-    assert evaluation, "no evaluation ran"
-    logged = ast.literal_eval(evaluation.group(1))
-    assert "eval_default_pass1" in logged and "edge_verl/grader/caller" in logged, logged
-
-
-@pytest.mark.parametrize("parts", [REAL])
-def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
+def test_the_async_trainer_runs_as_a_ray_job_with_its_options_checkpoints_its_thresholds_and_keeps_eval_logs(inputs, tmp_path, parts):
     # `ray job submit` on a running cluster: the launcher is the job's driver; its options file is named in the
-    # job's runtime_env (the submitting shell's environment does not reach the driver)
+    # job's runtime_env (the submitting shell's environment does not reach the driver). --train.async_enable:
+    # OpenRLHF's PPOTrainerAsync creates its TrainingActor and GenerateSamplesActor itself; the launcher's
+    # PPOTrainerAsync creates edge_verl's subclasses of both (one run for both: each costs a cluster's start-up)
     out = tmp_path / "job"
     out.mkdir()
     (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}, "dump": {"dir": str(out / "dump")}}))
@@ -293,7 +277,8 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     # a head of the test's own (tests/e2e/ray_head.py): not the machine's default Ray folder and ports
     with own_ray_head(ray, env, "--num-gpus", "2", "--num-cpus", "8", "--include-dashboard", "true") as head:
         submit = [ray, "job", "submit", "--address", head["dashboard"], "--runtime-env-json", runtime_env, "--",
-                  "python", "-m", "edge_verl.openrlhf.train_ppo_ray", *launcher_arguments(inputs, out, "gepo", 2)]
+                  "python", "-m", "edge_verl.openrlhf.train_ppo_ray", *launcher_arguments(inputs, out, "gepo", 2),
+                  "--train.async_enable", "--eval.dataset", str(inputs["data"]), "--eval.steps", "1", "--eval.temperature", "0.1"]
         for _ in range(6):  # the head's job agent registers a few seconds after `ray start` returns
             result = subprocess.run(submit, env=env, cwd=out, capture_output=True, text=True, timeout=900)
             if "No available agent to submit job" not in result.stdout + result.stderr:
@@ -305,6 +290,10 @@ def test_the_launcher_runs_as_a_ray_job(inputs, tmp_path, parts):
     metrics = step_metrics(log)
     assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
     assert saved_thresholds(out, 2)["num_updates"] == 2  # edge_verl's trainer subclass ran in the job
+    evaluation = re.search(r"Async evaluation completed: (\{.*\})", log)
+    assert evaluation, "no evaluation ran"
+    logged = ast.literal_eval(evaluation.group(1))
+    assert "eval_default_pass1" in logged and "edge_verl/grader/caller" in logged, logged
     # the trainer ran with the file's alpha_low (the paper's is 0.5): what it computed is GEPO's at 0.6, step by step
     batches = dumps(out / "dump")
     assert [batch["options"]["alpha_low"] for batch in batches] == [0.6, 0.6]
