@@ -174,7 +174,7 @@ class SeedingConfig(Options):
     """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
 
     The seeds are this module's keys below (``prompt_key``, ``response_seed``, ``derived_seed``):
-    ``integration/rollout.py`` gives each response its own, and ``integration/trainer.py``
+    ``integration/rollout.py`` gives each response its own, and ``integration/v1_trainer.py``
     (``wrap_replay_buffer_sample``) orders v1's update batch by the prompt's key.
     """
 

@@ -73,7 +73,7 @@ def registry_calls(data: dict, include_loop_grpo: bool) -> dict:
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
-    from edge_verl.integration.trainer import TrainingRun, advantage_step
+    from edge_verl.integration.run import advantage_step, TrainingRun
 
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
     common = {key: data[key] for key in ("token_level_rewards", "response_mask", "index")}
@@ -101,7 +101,7 @@ def compute_advantage_calls(data: dict, include_loop_grpo: bool, advantage_stats
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
-    from edge_verl.integration.trainer import TrainingRun, active_run
+    from edge_verl.integration.run import active_run, TrainingRun
 
     keys = ("token_level_rewards", "response_mask", "old_log_probs", "entropys")
     batch = DataProto.from_dict(tensors={key: data[key] for key in keys}, non_tensors={"uid": data["index"]})
@@ -121,7 +121,7 @@ def compute_advantage_calls(data: dict, include_loop_grpo: bool, advantage_stats
 
 
 def eda_loss_term_call(data: dict):
-    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as the actor's loss (``integration/trainer.py``) applies it."""
+    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as the actor's loss (``integration/actor_loss.py``) applies it."""
     mask = data["response_mask"]
     entropy = data["entropys"].clone().requires_grad_(True)
     advantages = data["old_log_probs"].detach()  # any (B, T) advantages

@@ -689,7 +689,7 @@ class GroupRendezvous:
 # per-mini-batch values, where an origin absent from a mini-batch logs 0 < any ratio); vanilla clip fraction,
 # only when verl's ``policy_loss.loss_mode`` is "vanilla" (the tokens whose gradient verl's PPO clip removes,
 # its dual clip included, with the advantage the surrogate received, which the trainer's loss hook marks,
-# ``integration/trainer.py`` ``vanilla_clipped``: this module holds no copy of verl's clipping; every other
+# ``integration/actor_loss.py`` ``vanilla_clipped``: this module holds no copy of verl's clipping; every other
 # loss mode clips differently, e.g. GSPO per sequence, and gets no clip fraction rather than a wrong one);
 # gradient share: of sum_t |dL/dlogp_t| (the surrogate's gradient with respect to each token's log-prob, one
 # ``autograd.grad`` over the loss's elementwise ops, no second backward through the model), the part on that
@@ -757,7 +757,7 @@ def origin_sums(
     """Per-origin sums over one micro-batch's response tokens (see module docstring); every key for every
     origin, 0 when it has no tokens, so each micro-batch and rank logs the same keys. ``ratio`` (B, T): the
     importance ratio pi_theta / pi_old the loss computed; ``clipped`` (B, T) bool: the tokens the loss's
-    clipping removed (the trainer's loss knows its own clipping: ``integration/trainer.py``), None for a loss
+    clipping removed (the trainer's loss knows its own clipping: ``integration/actor_loss.py``), None for a loss
     without a clip fraction (no ``_vanilla_clipped``); ``grad`` (B, T): dL/dlogp of the surrogate (None: no
     ``_grad_abs``)."""
     mask = response_mask.to(torch.bool)

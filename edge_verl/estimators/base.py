@@ -80,7 +80,7 @@ TOKEN_INPUTS = {
 # verl's key in a batch -> the input's name
 VERL_BATCH_KEYS = {key: name for name, spec in TOKEN_INPUTS.items() for key in spec.batch_keys}
 
-# verl's actor loss as the plugin's loss hook (integration/trainer.py) relies on it, each checked in verl's source by
+# verl's actor loss as the plugin's loss hook (integration/actor_loss.py) relies on it, each checked in verl's source by
 # ``integration/internals.py``'s CORE: ppo_loss passes exactly POLICY_LOSS_KEYWORDS to the policy loss by keyword
 # (core_algos.PolicyLossFn), which clamps log(pi_theta / pi_old) to +-LOG_RATIO_CLAMP before exp; VANILLA_POLICY_LOSS
 # is the ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included), the only mode whose clipping GEC's
@@ -168,7 +168,7 @@ class LossScale:
     applies to (B,) bool, from the loss columns the estimator's advantage step wrote (``columns``, padded
     (B, T), with ``response_mask``), the batch-level options it wrote under ``options_key`` and the current
     policy's per-token entropy (B, T, with gradient). The trainer's own policy loss then receives the advantages
-    times the factor (``integration/trainer.py``)."""
+    times the factor (``integration/actor_loss.py``)."""
 
     columns: tuple[str, ...]
     options_key: str
@@ -335,7 +335,7 @@ ESTIMATORS = Registry()
 def register_estimator(entry: Estimator) -> Estimator:
     """Add ``entry`` to the table (the same entry again is a no-op; another under a taken name an error).
     verl's registry gets it when ``verl.trainer.ppo.core_algos`` is imported, or at once when it already was
-    (``integration/trainer.py``)."""
+    (``integration/actor_loss.py``)."""
     return ESTIMATORS.register(entry)
 
 

@@ -227,7 +227,7 @@ def _core_table() -> "PatchTable":
                 "RayPPOTrainer._save_checkpoint": ("self",),
                 "RayPPOTrainer.fit": ("self",),
             },
-            # v1 trainer (integration/trainer.py, V1Adapter)
+            # v1 trainer (integration/v1_trainer.py, V1Adapter)
             "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
             "verl.trainer.ppo.v1.trainer_base": {
                 "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
@@ -242,9 +242,9 @@ def _core_table() -> "PatchTable":
                 "AgentLoopManager.generate_sequences": ("self", "prompts"),
                 "AgentLoopWorker._run_agent_loop": ("self", "sampling_params", "trajectory"),
             },
-            # v1's update batch in (prompt, sample index) order, not completion order (trainer.py)
+            # v1's update batch in (prompt, sample index) order, not completion order (v1_trainer.py)
             "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
-            # the actor loss (integration/trainer.py), and the modules that bind ppo_loss by name at import.
+            # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import.
             # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
             # which ppo_loss sets per micro-batch before it calls the policy loss.
             "verl.workers.utils.losses": {

@@ -15,7 +15,7 @@ from edge_verl.algorithms.gec import (
     treat_injected,
 )
 from edge_verl.estimators.base import as_sampled_statistics, group_index_from_uids
-from edge_verl.integration.trainer import VanillaClip, origin_sums, vanilla_clipped
+from edge_verl.integration.actor_loss import origin_sums, vanilla_clipped, VanillaClip
 
 S, C, P, A, SOL = range(5)
 
