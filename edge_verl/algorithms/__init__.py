@@ -1,4 +1,5 @@
-"""Pure torch: group statistics, EDA, GEPO (+ its threshold state), GEC decisions.
+"""Pure torch: GEC (``gec.py``: its options, decisions, edits, token origins, its tokens in the loss and its
+statistics) and the tiled policy head (``tiled_head.py``). The estimators (EDA, GEPO) are ``edge_verl/estimators/``.
 
 No verl, ray, hydra or omegaconf import here; randomness comes in as an argument.
 """

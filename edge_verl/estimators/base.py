@@ -631,7 +631,7 @@ def per_source_statistics(
 
 
 # --- step metrics: (B,) results reduced on the host ---------------------------------------------------------
-# The estimators' step metrics (``eda.eda_step_metrics``, ``gepo.gepo_step_metrics``) read their result's (B,)
+# The estimators' step metrics (``edge_eda.eda_step_metrics``, ``gepo.gepo_step_metrics``) read their result's (B,)
 # vectors off the device ONCE (``on_host``) and reduce them in numpy: a few dozen reductions over (B,) vectors,
 # cheaper there than as small torch ops, and none of them a host sync of its own.
 
