@@ -207,7 +207,10 @@ class Estimator:
     restored on resume; None: it keeps none), saved under ``state_key`` and named ``state_label`` in messages;
     ``loss``: what the actor loss does with its loss columns when its options switch that on (their
     ``loss_option``); ``min_groups``: the fewest prompt
-    groups a step must hold for the method to be itself (None: one), a run with fewer refused before it starts."""
+    groups a step must hold for the method to be itself (None: one), a run with fewer refused before it starts;
+    ``source_statistics(per_response, rows, group_index, num_groups)``: its statistics of one data source's responses
+    (``rows``, (B,) bool) from the ``per_response`` values its ``compute`` returned, {stat: value}, logged under
+    ``edge_verl/by_source/<source>/`` with ``edge_metrics.per_source`` (None: it adds none)."""
 
     name: str
     description: str
@@ -218,6 +221,7 @@ class Estimator:
     state_label: str = ""
     loss: Optional[LossScale] = None
     min_groups: Optional[MinGroups] = None
+    source_statistics: Optional[Callable[[Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor, int], dict[str, float]]] = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -580,7 +584,8 @@ def per_source_statistics(
     group_index: torch.Tensor,
     num_groups: int,
     valid: torch.Tensor,
-    gepo: Optional[Mapping[str, torch.Tensor]] = None,
+    per_response: Optional[Mapping[str, torch.Tensor]] = None,
+    estimator: Optional["Estimator"] = None,
 ) -> dict[str, dict[str, float]]:
     """Every training statistic of one step split by the responses' data source (a task of a mixture):
     {source: {stat: value}} over the valid responses of that source (a source with none is left out).
@@ -589,12 +594,9 @@ def per_source_statistics(
     zero_variance_group_frac: groups (>= 2 valid responses) whose scores all tie; response_length: mean
     number of response tokens; sampled_entropy: the token-pooled mean of -log pi_old over the sampled tokens
     (``old_log_probs``; left out when None), GEPO's Monte-Carlo entropy estimate (its Eq. 4) over the
-    source's responses; responses: how many.
-    ``gepo`` (per-response, from GEPO's step): ``group_entropy`` (each response's group entropy, used once
-    per group), ``outcome`` (the advantage before shaping), ``positive_attenuated``, ``negative_attenuated``
-    -> group_entropy_mean (over the source's groups), pos_attenuated_frac / neg_attenuated_frac (attenuated
-    among the source's positive / negative advantages), as GEPO's step metrics define them for the batch.
-    A group's responses share one source (verl repeats a prompt's row, its data source included).
+    source's responses; responses: how many. With ``estimator`` (the step's) and the ``per_response`` values its
+    ``compute`` returned: the estimator's own statistics of the source (its ``source_statistics``; GEPO's group
+    entropy and attenuated fractions). A group's responses share one source (verl repeats a prompt's row, its data source included).
     """
     names = [str(value) for value in (sources.tolist() if hasattr(sources, "tolist") else sources)]
     if len(names) != scores.shape[0]:
@@ -618,14 +620,8 @@ def per_source_statistics(
         stats["responses"] = float(count)
         if nll is not None:
             stats["sampled_entropy"] = float(nll[rows].sum() / lengths[rows].sum())
-        if gepo is not None:
-            groups = torch.unique(group_index[rows])
-            first = torch.zeros(num_groups, dtype=torch.float32, device=group_index.device)
-            first.index_put_((group_index[rows],), gepo["group_entropy"][rows].to(torch.float32))  # one value per group
-            outcome = gepo["outcome"][rows]
-            stats["group_entropy_mean"] = float(first[groups].mean())
-            stats["pos_attenuated_frac"] = float(gepo["positive_attenuated"][rows].sum() / max(1, int((outcome > 0).sum())))
-            stats["neg_attenuated_frac"] = float(gepo["negative_attenuated"][rows].sum() / max(1, int((outcome < 0).sum())))
+        if estimator is not None and estimator.source_statistics is not None and per_response:
+            stats.update(estimator.source_statistics(per_response, rows, group_index, num_groups))
         found[source] = stats
     return found
 

@@ -16,7 +16,7 @@ The GRPO advantage A_i itself and the policy loss are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Mapping
 
 import numpy as np
 import torch
@@ -380,6 +380,22 @@ def compute(batch: GroupBatch, options: GepoConfig, thresholds: GepoThresholds) 
     )
 
 
+def source_statistics(per_response: Mapping[str, torch.Tensor], rows: torch.Tensor, group_index: torch.Tensor,
+                      num_groups: int) -> dict[str, float]:
+    """GEPO's statistics of one data source's responses (``rows``), as its step metrics define them for the batch:
+    group_entropy_mean (over the source's groups; each response carries its group's entropy), pos_attenuated_frac /
+    neg_attenuated_frac (attenuated among the source's positive / negative advantages before shaping)."""
+    groups = torch.unique(group_index[rows])
+    first = torch.zeros(num_groups, dtype=torch.float32, device=group_index.device)
+    first.index_put_((group_index[rows],), per_response["group_entropy"][rows].to(torch.float32))  # one value per group
+    outcome = per_response["outcome"][rows]
+    return {
+        "group_entropy_mean": float(first[groups].mean()),
+        "pos_attenuated_frac": float(per_response["positive_attenuated"][rows].sum() / max(1, int((outcome > 0).sum()))),
+        "neg_attenuated_frac": float(per_response["negative_attenuated"][rows].sum() / max(1, int((outcome < 0).sum()))),
+    }
+
+
 GEPO = register_estimator(
     Estimator(
         name=NAME,
@@ -390,5 +406,6 @@ GEPO = register_estimator(
         state_key="gepo_thresholds",
         state_label="GEPO thresholds",
         min_groups=MIN_GROUPS,
+        source_statistics=source_statistics,
     )
 )

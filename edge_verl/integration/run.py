@@ -219,7 +219,7 @@ class AdvantageStep:
     for the actor loss (its ``EDA_OPTIONS_KEY``). The trainer adapters return all three to verl.
     sources: the responses' ``data_source`` (B,), when the run logs per-source statistics and the adapter's
     batch carries them; per_response: per-response (B,) values an estimator hands to those statistics
-    (GEPO: ``estimators.base.per_source_statistics``'s ``gepo`` fields).
+    (its ``Estimator.source_statistics`` reads them; GEPO's group entropy and attenuation masks).
     """
 
     run: Optional[TrainingRun]  # None: verl's compute_advantage called outside a trainer

@@ -159,7 +159,7 @@ def per_source_metrics(data: Any, step: Any) -> dict[str, float]:
     found = per_source_statistics(
         sources, batch["token_level_rewards"].sum(dim=-1).to(torch.float32), batch["response_mask"],
         batch["old_log_probs"] if "old_log_probs" in batch.keys() else None, group_index.to(device), num_groups, ~is_pad.to(device),
-        gepo=step.per_response or None,
+        per_response=step.per_response or None, estimator=step.run.entry if step.run is not None else None,
     )
     return {key: value for source, stats in found.items() for key, value in prefixed(stats, BY_SOURCE_SCOPE, source).items()}
 
