@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import socket
 import sys
 import threading
 from typing import Any, Callable, Mapping, Optional
@@ -43,6 +44,8 @@ PROBE_TIMEOUT_S = 300.0
 # framework's own error before it ends the driver itself.
 NODE_POLL_S = 2.0
 NODE_LOSS_GRACE_S = 30.0
+# How long the driver's last look at exit waits for a watched node's raylet to take a connection.
+RAYLET_CONNECT_S = 3.0
 INSTALL_HINT = "install the driver's edge-verl on every node (pip install --no-deps edge-verl=={version}; docs/multinode.md)"
 
 
@@ -228,7 +231,9 @@ class NodeWatch:
     def __init__(self, ray_module: Any, poll_s: float = NODE_POLL_S, grace_s: float = NODE_LOSS_GRACE_S,
                  end: Callable[[int], None] = os._exit):
         self._ray = ray_module
-        self._nodes = {node["NodeID"]: node["NodeManagerAddress"] for node in alive_nodes(ray_module)}
+        # each watched node's raylet: (address, port)
+        self._raylets = {node["NodeID"]: (node["NodeManagerAddress"], node.get("NodeManagerPort"))
+                         for node in alive_nodes(ray_module)}
         self._poll_s, self._grace_s, self._end = poll_s, grace_s, end
         self._stop = threading.Event()
         self.lost: Optional[str] = None
@@ -237,7 +242,7 @@ class NodeWatch:
 
     def _dead(self) -> list[str]:
         alive = {node["NodeID"] for node in self._ray.nodes() if node["Alive"]}
-        return sorted(address for node_id, address in self._nodes.items() if node_id not in alive)
+        return sorted(address for node_id, (address, _) in self._raylets.items() if node_id not in alive)
 
     def _watch(self) -> None:
         while not self._stop.wait(self._poll_s):
@@ -246,15 +251,45 @@ class NodeWatch:
             except Exception:  # the cluster's GCS itself is gone: verl's own wait fails too
                 return
             if dead:
-                self.lost = (f"{PREFIX}: node {', '.join(dead)} was lost during the run (Ray reports it dead); the run stops. "
-                             "Bring the node back (or replace it) and run the same command with trainer.resume_mode=auto: "
-                             "it resumes from the last checkpoint in trainer.default_local_dir, which every node must see")
+                self.lost = self._message(dead)
                 print(self.lost, file=sys.stderr, flush=True)
                 if not self._stop.wait(self._grace_s):
                     print_placement(self._ray)
                     print(self.lost, file=sys.stderr, flush=True)
                     self._end(EXIT_CODE)
                 return
+
+    def _silent(self) -> list[str]:
+        """The watched nodes whose raylet does not take a connection now (a node killed moments ago, before Ray's
+        health checks report it dead: ~15-30 s)."""
+        silent = []
+        for address, port in self._raylets.values():
+            if not port:
+                continue
+            try:
+                socket.create_connection((address, int(port)), timeout=RAYLET_CONNECT_S).close()
+            except OSError:
+                silent.append(address)
+        return sorted(silent)
+
+    @staticmethod
+    def _message(dead: list[str]) -> str:
+        return (f"{PREFIX}: node {', '.join(dead)} was lost during the run (Ray reports it dead, or its raylet does not "
+                "answer); the run stops. "
+                "Bring the node back (or replace it) and run the same command with trainer.resume_mode=auto: "
+                "it resumes from the last checkpoint in trainer.default_local_dir, which every node must see")
+
+    def check_now(self) -> Optional[str]:
+        """One look at the watched nodes now (the driver's last, at its exit: verl fails within seconds of a lost
+        node that held its TaskRunner, before Ray reports the node dead), dead by Ray's account or with a raylet that
+        takes no connection; the message when one is lost, else None."""
+        if self.lost is None:
+            try:
+                dead = sorted(set(self._dead()) | set(self._silent()))
+            except Exception:  # the cluster itself is gone
+                return None
+            self.lost = self._message(dead) if dead else None
+        return self.lost
 
     def stop(self) -> None:
         self._stop.set()
@@ -291,6 +326,7 @@ def guard_run(framework: str) -> NodeWatch:
     def at_exit() -> None:
         watch.stop()
         if ray.is_initialized():
+            watch.check_now()
             print_placement(ray)
         if watch.lost:
             print(watch.lost, file=sys.stderr, flush=True)

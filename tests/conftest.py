@@ -4,13 +4,16 @@ OpenRLHF's ``train_ppo_ray`` in its own environment, ~1 min each).
 The markers are applied here from the folder, so a test cannot sit in a folder and miss its tier.
 ``pytest -m "not e2e"`` skips the slow tier; ``-m e2e`` runs exactly tests/e2e/.
 
-Three workers (pytest-xdist, ``-n 3`` in pyproject.toml's addopts, scheduler below): an e2e run is a chain of
-single-process start-ups (driver, Ray, TaskRunner, workers) that keeps about one of the two cores busy, so two e2e
-files run side by side (each on its own local Ray cluster, or in network namespaces of its own) and the third
-worker runs the fast tiers beside them at a lower priority (``BESIDE_NICENESS``), then takes e2e files too. An e2e
-file runs whole on one worker (its module fixtures), the longest first (``E2E_MINUTES``). The tests that grade
-against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, in one
-worker, once no other worker has an e2e test left. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below). An e2e run is a chain of
+single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl for ~7-10 s): alone it keeps about
+one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
+alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
+each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
+time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
+the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
+clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
+(``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, once no e2e test runs beside
+them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -32,15 +35,30 @@ DEADLINE = (
     TESTS / "openrlhf",
     TESTS / "reward",
 )
-# Minutes an e2e file took in CI (its durations report): the scheduler starts the longest first, so that the
-# workers end together. A file not listed counts as DEFAULT_E2E_MINUTES.
-E2E_MINUTES = {
-    "test_openrlhf_train_ppo_ray_on_cpu.py": 13, "test_two_nodes_on_cpu.py": 13, "test_vllm_rollout_on_cpu.py": 7,
-    "test_study_on_cpu.py": 6, "test_demo_command_on_cpu.py": 6, "test_openrlhf_docs_command_on_cpu.py": 6,
-    "test_reproducible_runs_on_cpu.py": 5, "test_main_ppo_on_cpu.py": 5, "test_megatron_on_cpu.py": 4,
-    "test_reproduce_on_cpu.py": 4, "test_gec_controls_on_cpu.py": 3, "test_tiled_head_on_cpu.py": 2,
+# The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
+MULTINODE = (
+    TESTS / "e2e" / "test_two_nodes_on_cpu.py",
+    TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
+)
+# The e2e files' durations alone here (seconds, rounded; measured in CI runs), the order the scheduler hands them
+# out in: longest first, so that the two workers end together. A file missing here goes last; a wrong figure costs
+# time, never a result.
+E2E_SECONDS = {
+    "test_openrlhf_train_ppo_ray_on_cpu.py": 560,
+    "test_demo_command_on_cpu.py": 330,
+    "test_vllm_rollout_on_cpu.py": 280,
+    "test_main_ppo_on_cpu.py": 270,
+    "test_study_on_cpu.py": 210,
+    "test_megatron_on_cpu.py": 175,
+    "test_openrlhf_docs_command_on_cpu.py": 170,
+    "test_reproducible_runs_on_cpu.py": 150,
+    "test_gec_controls_on_cpu.py": 105,
+    "test_reproduce_on_cpu.py": 105,
+    "test_tiled_head_on_cpu.py": 100,
+    "test_openrlhf_upstream_series_on_cpu.py": 60,
+    "test_evaluation_on_cpu.py": 30,
+    "test_preflight_before_ray_on_cpu.py": 20,
 }
-DEFAULT_E2E_MINUTES = 3
 
 
 # The niceness of a worker while it runs a fast-tier test (the processes a test starts inherit it): the e2e runs
@@ -86,13 +104,14 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(marker)
 
 
-# The scheduler (see the module's docstring). Work units: each e2e file, the DEADLINE tests together, every other
-# test alone. A worker asks for its next unit while its last two tests are still queued (xdist runs a worker's
-# last test only once it knows the next one or is told to stop), and the unit it gets is chosen for it: the last
-# worker (the fast tiers' home) takes fast tests first, the others e2e files first (longest first); the DEADLINE
-# unit comes last, and its tests wait for the e2e tests still running elsewhere (``wait_for_e2e_beside``). xdist's
-# own grouping (``--dist loadgroup``) renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping
-# is this scheduler's. tryfirst: xdist's session answers this hook too, and the first answer is the one used.
+# The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
+# two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
+# unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
+# is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
+# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE unit comes last, and its tests
+# wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
+# pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
+# hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
@@ -100,23 +119,28 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     deadline = prefixes(config.rootpath, DEADLINE)
+    multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
 
-    def minutes(scope: str) -> float:
-        return E2E_MINUTES.get(scope.rsplit("/", 1)[-1], DEFAULT_E2E_MINUTES)
-
-    class E2eSideBySide(LoadScopeScheduling):
+    class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(deadline):
                 return "deadline"
-            return nodeid.split("::", 1)[0] if nodeid.startswith(e2e) else nodeid
+            if nodeid.startswith(multinode):
+                return "multinode"
+            if nodeid.startswith(e2e):
+                return "e2e:" + nodeid.split("::")[0]
+            return nodeid
 
         def _next_scope(self, node) -> str:
-            longest_e2e = max((scope for scope in self.workqueue if scope.startswith(e2e)), key=minutes, default=None)
-            fast = next((scope for scope in self.workqueue if scope != "deadline" and not scope.startswith(e2e)), None)
+            e2e_files = sorted((scope for scope in self.workqueue if scope.startswith("e2e:")),
+                               key=lambda scope: -E2E_SECONDS.get(Path(scope).name, 0))
+            longest = e2e_files[0] if e2e_files else None
+            fast = next((scope for scope in self.workqueue
+                         if scope not in ("multinode", "deadline") and not scope.startswith("e2e:")), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
-            preferred = (fast, longest_e2e) if fast_tiers_home else (longest_e2e, fast)
-            return next((scope for scope in preferred if scope is not None), "deadline")
+            preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
+            return next((scope for scope in preferred if scope in self.workqueue), "deadline")
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
@@ -125,7 +149,7 @@ def pytest_xdist_make_scheduler(config, log):
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
-    return E2eSideBySide(config, log)
+    return TwoHeavyAtMost(config, log)
 
 
 def e2e_running_folder(config) -> Path:
@@ -151,7 +175,7 @@ def pytest_runtest_protocol(item, nextitem):
 E2E_WAIT_S = 3600
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(scope="session")
 def e2e_ended_beside():
     """Whether this worker saw no e2e test running on another (set by the first DEADLINE test that waits)."""
     return []

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from edge_verl.estimators import import_feature_modules
 from edge_verl.estimators.base import ESTIMATORS
-from edge_verl.nodes import guard_run, settings_to_pass, submitted_env_vars
+from edge_verl.nodes import guard_run, submitted_env_vars, travelling_settings
 from edge_verl.openrlhf.estimators import check_run_args
 from edge_verl.openrlhf.internals import ESTIMATOR_FLAG, check_installed_version
 from edge_verl.openrlhf.options import CONTENT_ENV_VAR, ENV_VAR, OpenRlhfOptions, options_text, run_options
@@ -94,7 +94,7 @@ def runtime_env_with_ours(runtime_env: Optional[dict], options: str) -> dict:
     # raylet inherits the launcher's environment, and every node must see the job's settings (nodes.check_nodes);
     # none that a submitted job's runtime env already sets (Ray refuses a variable set twice)
     submitted = submitted_env_vars()
-    ours = {name: value for name, value in {**settings_to_pass(), CONTENT_ENV_VAR: options}.items() if name not in submitted}
+    ours = {name: value for name, value in {**travelling_settings(), CONTENT_ENV_VAR: options}.items() if name not in submitted}
     return {**merged, "env_vars": {**(merged.get("env_vars") or {}), **ours}}
 
 

@@ -2,8 +2,8 @@
 
 ``ray start --head`` as a user types it takes the machine's default Ray folder and GCS port and writes the "current
 cluster" file that every later plain ``ray.init()`` on the machine joins; ``ray stop --force`` then kills every Ray
-process of the machine. Beside other tests (pytest-xdist runs e2e files side by side, tests/conftest.py) both break
-them: a local run joins the test's cluster, or its raylet is killed mid-run. This head has a folder of its own (the
+process of the machine. Beside other tests (pytest-xdist runs the two-node tests and the fast tiers beside the e2e
+chain, tests/conftest.py) both break them: a local run joins the test's cluster, or its raylet is killed mid-run. This head has a folder of its own (the
 "current cluster" file lands there), free ports, and is stopped by ending exactly its own processes.
 """
 
@@ -44,33 +44,52 @@ def processes_naming(text: str) -> list[int]:
 @contextmanager
 def own_ray_head(ray: str, env: dict[str, str], *options: str, timeout_s: float = 180) -> Iterator[dict[str, str]]:
     """``ray start --head --block`` (``ray``: the ``ray`` command of the environment to use) with ``options``, in a
-    Ray folder of its own; yields ``{"address": GCS host:port, "dashboard": http URL}``. On exit: SIGTERM to the
-    blocking ``ray start`` (it ends its processes), then SIGKILL to any process still naming the folder."""
-    folder = tempfile.mkdtemp(prefix="rayhead_", dir="/tmp")  # short: Ray's socket paths live under it
-    port, dashboard_port = free_port(), free_port()
-    argv = [ray, "start", "--head", "--block", f"--temp-dir={folder}", f"--port={port}", f"--dashboard-port={dashboard_port}",
-            "--dashboard-host=127.0.0.1", "--disable-usage-stats", *options]
-    log = open(Path(folder).with_suffix(".log"), "w+")
-    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    Ray folder of its own (a second try in a fresh one if the first does not come up); yields ``{"address": GCS
+    host:port, "dashboard": http URL}``. On exit: ``_stop``."""
+    # Ray gives its dashboard 60 s to come up, which a loaded 2-core machine can exceed (seen once in CI)
+    env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout_s)), **env}
+    for attempt in (1, 2):
+        folder = tempfile.mkdtemp(prefix="rayhead_", dir="/tmp")  # short: Ray's socket paths live under it
+        port, dashboard_port = free_port(), free_port()
+        argv = [ray, "start", "--head", "--block", f"--temp-dir={folder}", f"--port={port}", f"--dashboard-port={dashboard_port}",
+                "--dashboard-host=127.0.0.1", "--disable-usage-stats", *options]
+        log = open(Path(folder).with_suffix(".log"), "w+")
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        up = _wait_until_up(process, Path(folder), timeout_s)
+        if up:
+            break
+        log.seek(0)
+        failure = f"ray start --head did not come up (rc {process.poll()}):\n{log.read()[-4000:]}"
+        _stop(process, folder, log)
+        if attempt == 2:
+            raise RuntimeError(failure)
     try:
-        deadline = time.monotonic() + timeout_s
-        while not (Path(folder) / "ray_current_cluster").exists():  # written once the head is up
-            if process.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError(f"ray start --head did not come up (rc {process.poll()}):\n{log.read()[-4000:]}")
-            time.sleep(0.5)
         yield {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard_port}"}
     finally:
-        process.send_signal(signal.SIGTERM)
+        _stop(process, folder, log)
+
+
+def _wait_until_up(process: subprocess.Popen, folder: Path, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not (folder / "ray_current_cluster").exists():  # written once the head is up
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _stop(process: subprocess.Popen, folder: str, log) -> None:
+    """SIGTERM to the blocking ``ray start`` (it ends its processes), then SIGKILL to any still naming ``folder``."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    for pid in processes_naming(folder):
         try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        for pid in processes_naming(folder):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
-        shutil.rmtree(folder, ignore_errors=True)
-        Path(folder).with_suffix(".log").unlink(missing_ok=True)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    log.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    Path(folder).with_suffix(".log").unlink(missing_ok=True)

@@ -7,7 +7,7 @@ on both nodes, and the driver in the head's namespace, as ``edge-verl demo --ray
 - GEPO on two nodes loses node B after step 2's checkpoint: the run ends in bounded time, naming the node; with
   node B back, the same command resumed gives the run of GEPO trained uninterrupted (on one node of two workers).
 - The one-node runs of EDGE and GEPO train two at a time on one cluster (the study's way), so each pair also shows
-  a run unchanged by another job beside it (tests/e2e/test_reproducible_runs_on_cpu.py does so for GRPO).
+  a run unchanged by another job beside it (tests/e2e/test_study_on_cpu.py trains GRPO and GEPO twice).
 - Node B's raylet starts with none of the plugin's settings: the driver's (``EDGE_VERL_CPU``, a non-default
   ``EDGE_VERL_REWARD_TIMEOUT``) reach its workers through the job's runtime env and are in effect there.
 - Node B started from a Python without the plugin: the run is refused before its TaskRunner starts, naming the node.

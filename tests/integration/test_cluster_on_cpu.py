@@ -145,3 +145,34 @@ def test_a_submitted_jobs_own_settings_are_not_passed_again(monkeypatch):
     assert nodes.settings_to_pass({"EDGE_VERL_REWARD_WAIT": "9"}) == {"EDGE_VERL_REWARD_WAIT": "9"}
     monkeypatch.setattr(os, "environ", environ)
     assert cluster.runtime_env_with_settings(lambda config=None: {})()["env_vars"] == {"EDGE_VERL_REWARD_TIMEOUT": "7"}
+
+
+def test_a_node_lost_between_two_polls_is_named_by_the_drivers_last_look_at_exit():
+    # verl's driver may fail before the watch's next poll (its TaskRunner ran on the lost node): the exit's look
+    # (check_now) names the node; with every node alive it says nothing
+    fake = _Nodes()
+    watch = nodes.NodeWatch(fake, poll_s=3600, grace_s=5, end=lambda code: None)
+    assert watch.check_now() is None
+    fake.lose.set()
+    assert "node 10.0.0.2 was lost during the run" in watch.check_now()
+    watch.stop()
+
+
+def test_a_node_whose_raylet_takes_no_connection_is_named_at_exit_before_ray_reports_it_dead():
+    # killed moments ago: Ray still reports it alive, but its raylet's port takes no connection
+    import socket
+
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: a connection is refused
+        ports = {"a": listening.getsockname()[1], "b": closed.getsockname()[1]}
+
+        class Raylets(_Nodes):
+            def nodes(self):
+                return [{**node, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": ports[node["NodeID"]]} for node in super().nodes()]
+
+        watch = nodes.NodeWatch(Raylets(), poll_s=3600, grace_s=5, end=lambda code: None)
+        lost = watch.check_now()
+        watch.stop()
+    assert lost is not None and "node 127.0.0.1 was lost" in lost and "does not answer" in lost

@@ -1,6 +1,7 @@
 """Reproducible runs (algorithm.edge_seeding): the CPU rollout decodes each request from its own seed, the agent-loop
 wrapper gives every response a seed keyed on its identity, and v1's update batch is put in (prompt, sample) order.
-The end-to-end check (the same command trained twice) is tests/e2e/test_reproducible_runs_on_cpu.py."""
+The end-to-end checks (the same command trained twice) are tests/e2e/test_study_on_cpu.py and
+tests/e2e/test_two_nodes_on_cpu.py."""
 
 import asyncio
 from types import SimpleNamespace
