@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages, entropy_gradient_scale  # noqa: E402
 from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages  # noqa: E402
-from edge_verl.estimators.base import group_index_from_uids, masked_response_mean  # noqa: E402
+from edge_verl.estimators.groups import group_index_from_uids, masked_response_mean  # noqa: E402
 from edge_verl_lab.benchmarks import copy_bandwidth, make_batch, round_ratio, time_rounds, traffic, verl_grpo_vectorized  # noqa: E402
 
 # Peak memory bandwidth of GPUs this may run on (GB/s), for the "% of peak" column.

@@ -51,7 +51,8 @@ import torch
 from pydantic import field_validator, model_validator
 
 from edge_verl.config import Options, _check_finite, keyed_rng, option
-from edge_verl.estimators.base import advantage_statistics, as_sampled_statistics, response_valid
+from edge_verl.estimators.groups import response_valid
+from edge_verl.estimators.statistics import advantage_statistics, as_sampled_statistics
 
 REGENERATE = "regenerate"
 INJECT_ANSWER = "inject_answer"

@@ -25,9 +25,10 @@ from pydantic import model_validator
 
 from edge_verl.config import option
 from edge_verl.estimators.base import (
-    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, advantage_variance_metrics, group_sum, grpo_outcome, masked_mean,
-    masked_row_sum_and_count, masked_variance, on_host, register_estimator,
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, register_estimator,
 )
+from edge_verl.estimators.groups import group_sum, grpo_outcome, masked_row_sum_and_count
+from edge_verl.estimators.statistics import advantage_variance_metrics, masked_mean, masked_variance, on_host
 
 NAME = __name__.rsplit(".", 1)[-1]  # "gepo": the registry key is the module's name
 

@@ -31,10 +31,9 @@ import torch
 from edge_verl.algorithms import gec as gec_math
 from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.estimators.base import (
-    ESTIMATORS, GRADIENT_SHARE_METRIC, LOG_RATIO_CLAMP, LOSS_SCALE_METRIC, POLICY_LOSS_KEYWORDS, VANILLA_POLICY_LOSS,
-    Estimator, entropy_gradient_share, loss_gradients,
+    ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator, entropy_gradient_share, loss_gradients,
 )
-from edge_verl.integration.internals import CORE
+from edge_verl.integration.internals import CORE, LOG_RATIO_CLAMP, POLICY_LOSS_KEYWORDS, VANILLA_POLICY_LOSS
 from edge_verl.integration.run import GEC_LOSS_SCOPE
 
 # The modules that bind ``ppo_loss`` by name at import (``from verl.workers.utils.losses import ppo_loss``),

@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from edge_verl.estimators.base import ESTIMATORS, TOKEN_INPUTS, VERL_BATCH_KEYS, Estimator, GroupBatch, group_index_from_uids
+from edge_verl.estimators.base import ESTIMATORS, TOKEN_INPUTS, VERL_BATCH_KEYS, Estimator, GroupBatch
+from edge_verl.estimators.groups import group_index_from_uids
 from edge_verl.integration.run import (
     AdvantageStep, TrainingRun, current_run, current_step, estimator_options, norm_adv_by_std, prefixed,
 )

@@ -30,7 +30,9 @@ from omegaconf import OmegaConf
 
 from edge_verl.algorithms.gec import GecConfig
 from edge_verl.config import MetricsConfig, SeedingConfig
-from edge_verl.estimators.base import ACTOR_METRIC_PREFIX, ESTIMATORS, VERL_GRPO_EPSILON, Estimator, group_index_from_uids
+from edge_verl.estimators.base import ESTIMATORS, VERL_GRPO_EPSILON, Estimator
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.integration.internals import ACTOR_METRIC_PREFIX
 
 # Every metric the plugin adds to verl's step metrics is prefixed METRIC_PREFIX, then a scope: the advantage
 # statistics of any estimator (``edge_metrics.advantage_stats``), each data source's training statistics

@@ -15,7 +15,8 @@ import torch
 from edge_verl.algorithms import gec as gec_math
 from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.config import keyed_seed, seed_global_generators
-from edge_verl.estimators.base import ACTOR_METRIC_PREFIX, batch_token_inputs
+from edge_verl.estimators.base import batch_token_inputs
+from edge_verl.integration.internals import ACTOR_METRIC_PREFIX
 from edge_verl.integration.checkpoint import resumed_folder, restore_run_state, save_state
 from edge_verl.integration.run import (
     ADVANTAGE_SCOPE, BY_SOURCE_SCOPE, GEC_ACTOR_SCOPE, GRADER_SCOPE, TrainingRun, plugin_in_use, prefixed, sampling_seed,
@@ -113,7 +114,8 @@ def after_actor_update(run: Optional[TrainingRun], metrics: dict) -> None:
 
 def advantage_metrics(data: Any, step: Any) -> dict[str, float]:
     """``edge_verl/adv/*`` of a verl batch after its advantage step (any estimator; the step's uid grouping)."""
-    from edge_verl.estimators.base import advantage_statistics, outcome_statistics, response_valid
+    from edge_verl.estimators.groups import response_valid
+    from edge_verl.estimators.statistics import advantage_statistics, outcome_statistics
 
     batch = data.batch
     group_index, num_groups, is_pad = step.grouping(data.non_tensor_batch["uid"])
@@ -148,7 +150,7 @@ def compute_advantage_in_step(original: Callable, step: Any, data: Any, args: tu
 def per_source_metrics(data: Any, step: Any) -> dict[str, float]:
     """``edge_verl/by_source/<data_source>/*`` of a verl batch after its advantage step: the responses'
     sources from the step (the v1 adapter reads them from the TransferQueue) or the batch (legacy)."""
-    from edge_verl.estimators.base import per_source_statistics
+    from edge_verl.estimators.statistics import per_source_statistics
 
     sources = step.sources if step.sources is not None else data.non_tensor_batch.get("data_source")
     if sources is None:

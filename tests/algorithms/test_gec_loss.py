@@ -14,7 +14,8 @@ from edge_verl.algorithms.gec import (
     raw_keys,
     treat_injected,
 )
-from edge_verl.estimators.base import as_sampled_statistics, group_index_from_uids
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.estimators.statistics import as_sampled_statistics
 from edge_verl.integration.actor_loss import origin_sums, vanilla_clipped, VanillaClip
 
 S, C, P, A, SOL = range(5)

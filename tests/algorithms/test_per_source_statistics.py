@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.estimators.base import ESTIMATORS, group_index_from_uids, outcome_statistics, per_source_statistics
+from edge_verl.estimators.base import ESTIMATORS
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.estimators.statistics import outcome_statistics, per_source_statistics
 
 
 def _batch():

@@ -20,7 +20,7 @@ from verl.utils import as_torch_index, group_mean_std
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
 from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.estimators.base import group_index_from_uids
+from edge_verl.estimators.groups import group_index_from_uids
 
 PATCHES = Path(__file__).resolve().parents[2] / "upstream" / "verl" / "patches"
 
