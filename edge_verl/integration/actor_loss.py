@@ -13,9 +13,9 @@ backward through the model) and ``actor/<estimator>/loss_scale_mean``.
 GEC: each response token's origin (``GEC_ORIGIN_COLUMN``) and, batch-level, how the loss treats injected
 tokens (``GEC_LOSS_OPTIONS_KEY``: ``edge_gec.injected_loss`` surrogate | masked | sft, ``sft_coef``, and
 ``injected_share``, which turns the mini-batch's token count into its injected-token count for the SFT term's
-token mean). The surrogate receives the advantages and log-probs of ``gec.treat_injected``, the SFT term is added
-to verl's loss, and the per-origin sums (``gec.origin_sums``) go into ``actor/gec/<origin>/...``, turned into
-shares and means once verl has reduced them (``gec.finish_origin_metrics``).
+token mean). The surrogate receives the advantages and log-probs of ``gec_loss.treat_injected``, the SFT term is added
+to verl's loss, and the per-origin sums (``gec_loss.origin_sums``) go into ``actor/gec/<origin>/...``, turned into
+shares and means once verl has reduced them (``gec_loss.finish_origin_metrics``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from edge_verl.algorithms import gec as gec_math
+from edge_verl.algorithms import gec_loss
 from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.estimators.base import (
     ESTIMATORS, GRADIENT_SHARE_METRIC, LOSS_SCALE_METRIC, Estimator, entropy_gradient_share, loss_gradients,
@@ -61,7 +61,7 @@ class _GecTokens:
     injected_loss: str
     sft_coef: float
     injected_share: float  # the step's injected tokens / its response tokens
-    sums: dict[str, float] = field(default_factory=dict)  # gec_math.origin_sums (+ the SFT term's NLL sum)
+    sums: dict[str, float] = field(default_factory=dict)  # gec_loss.origin_sums (+ the SFT term's NLL sum)
     sft_term: Optional[torch.Tensor] = None  # added to verl's loss after the surrogate
 
 
@@ -115,7 +115,7 @@ def _loss_scale(entry: Estimator, model_output: Any, data: Any, gec: Optional["_
     entropy = no_padding_2_padding(entropy, data)
     columns = data.select("response_mask", *loss.columns).to_padded_tensor()
     if gec is not None and gec.injected_loss != "surrogate":
-        injected = gec_math.not_sampled(gec.origins.to(entropy.device))
+        injected = gec_loss.not_sampled(gec.origins.to(entropy.device))
         entropy = torch.where(injected, entropy.detach(), entropy)
     options = _options(data, loss.options_key, loss.columns[0], f"the {entry.name} estimator")
     factor, active = loss.factor(dict(columns.items()), options, entropy)
@@ -157,7 +157,7 @@ def _make_ppo_loss(original: Callable) -> Callable:
             if state.gec.sft_term is not None:
                 loss = loss + state.gec.sft_term
             for key, value in state.gec.sums.items():  # verl's trainer prefixes them with ACTOR_METRIC_PREFIX
-                aggregation = AggregationType.MAX if key.endswith(gec_math.RAW_MAX) else AggregationType.MEAN
+                aggregation = AggregationType.MAX if key.endswith(gec_loss.RAW_MAX) else AggregationType.MEAN
                 metrics[f"{GEC_LOSS_SCOPE}/{key}"] = Metric(value=value, aggregation=aggregation)
         return loss, metrics
 
@@ -202,14 +202,14 @@ def origin_sums(
     clip: Optional[VanillaClip],
     grad: Optional[torch.Tensor] = None,
 ) -> dict[str, float]:
-    """GEC's per-origin sums of one micro-batch (``gec.origin_sums``) with verl's ratio (the log-ratio clamped to
+    """GEC's per-origin sums of one micro-batch (``gec_loss.origin_sums``) with verl's ratio (the log-ratio clamped to
     ``LOG_RATIO_CLAMP`` before exp, as verl's loss) and, with verl's vanilla clipping (``clip``; None for any other
     loss mode), the tokens it clips."""
     with torch.no_grad():
         log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         ratio = log_ratio.exp()
         clipped = vanilla_clipped(ratio, advantages.detach().float(), clip) if clip is not None else None
-    return gec_math.origin_sums(origins, response_mask, old_log_prob, ratio, clipped, grad)
+    return gec_loss.origin_sums(origins, response_mask, old_log_prob, ratio, clipped, grad)
 
 
 def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor, config: Any) -> torch.Tensor:
@@ -218,7 +218,7 @@ def _sft_term(tokens: _GecTokens, log_prob: torch.Tensor, injected: torch.Tensor
     info = getattr(config, "global_batch_info", {}) or {}
     batch_tokens = info.get("batch_num_tokens")
     num_tokens = None if batch_tokens is None else float(batch_tokens) * tokens.injected_share
-    nll = gec_math.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
+    nll = gec_loss.injected_nll(log_prob, injected, num_tokens, int(info.get("dp_size", 1) or 1))
     return tokens.sft_coef * nll
 
 
@@ -239,8 +239,8 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
         if gec is not None:
             if gec.origins.shape != advantages.shape:
                 raise RuntimeError(f"advantages {tuple(advantages.shape)} and GEC's origins {tuple(gec.origins.shape)} differ")
-            injected = gec_math.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
-            kwargs["log_prob"], advantages = gec_math.treat_injected(log_prob, advantages, injected, gec.injected_loss)
+            injected = gec_loss.not_sampled(gec.origins) & kwargs["response_mask"].to(torch.bool)
+            kwargs["log_prob"], advantages = gec_loss.treat_injected(log_prob, advantages, injected, gec.injected_loss)
         kwargs["advantages"] = advantages
         loss, metrics = policy_loss_fn(**kwargs)
         grads = loss_gradients(loss, log_prob, scaled.entropy if scaled is not None else None)
@@ -255,7 +255,7 @@ def _make_policy_loss(policy_loss_fn: Callable, state: _MicroBatch, loss_mode: s
             gec.sums = origin_sums(gec.origins, kwargs["response_mask"], kwargs["old_log_prob"], log_prob, advantages, clip, grad)
             if gec.injected_loss == "sft":
                 gec.sft_term = _sft_term(gec, log_prob, injected, kwargs["config"])
-                gec.sums[gec_math.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
+                gec.sums[gec_loss.NLL_SUM] = float(-(log_prob.detach() * injected).sum())
         return loss, metrics
 
     return policy_loss

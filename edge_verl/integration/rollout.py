@@ -83,23 +83,11 @@ from uuid import uuid4
 
 from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.algorithms.gec import (
-    DOES_NOT_FIT,
-    GEC_INFO_KEY,
-    INJECT_ANSWER,
-    NO_PLACEBO,
-    REGENERATE,
-    REPLACE_SOLUTION,
-    CorrectionRecord,
-    GecConfig,
-    GroupRendezvous,
-    PlaceboProblem,
-    decide_correction,
-    decision_rng,
-    injected_answer_text,
-    placebo_candidates,
-    placebo_rng,
+    DOES_NOT_FIT, GEC_INFO_KEY, INJECT_ANSWER, NO_PLACEBO, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, GecConfig,
+    PlaceboProblem, decide_correction, decision_rng, injected_answer_text, placebo_candidates, placebo_rng,
     strip_end_tokens,
 )
+from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN, derived_seed, prompt_key, response_seed
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import read_placebo_pool

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from edge_verl.algorithms import gec as gec_math
+from edge_verl.algorithms import gec_loss
 from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.config import keyed_seed, seed_global_generators
 from edge_verl.estimators.base import batch_token_inputs
@@ -170,12 +171,12 @@ def gec_advantage_outputs(
     run: TrainingRun, step: Any, infos: list, uids: Any, response_mask: torch.Tensor, advantages: torch.Tensor, scores: torch.Tensor,
     entropy: Optional[torch.Tensor] = None,
 ) -> None:
-    """GEC at the advantage step (any estimator): ``gec.advantage_step_outputs`` of the rows' records
+    """GEC at the advantage step (any estimator): ``gec_loss.advantage_step_outputs`` of the rows' records
     (``infos`` (B,): each row's ``extra_fields["edge_verl_gec"]``, None where GEC did not run; ``scores`` (B,)
     final rewards; ``entropy`` (B, T) the old policy's) into the step: each response token's origin and the
     injected tokens' treatment as loss column and options (the actor's loss, below), the statistics as
     sampled and as trained as ``edge_verl/gec/sampled/*`` and ``edge_verl/gec/final/*``."""
-    outputs = gec_math.advantage_step_outputs(
+    outputs = gec_loss.advantage_step_outputs(
         infos, response_mask, advantages, scores, step.grouping(uids),
         norm_by_std=run.norm_adv_by_std, epsilon=run.std_epsilon, entropy=entropy,
     )
@@ -190,9 +191,9 @@ def gec_advantage_outputs(
 
 def finish_gec_actor_metrics(metrics: dict) -> None:
     """The actor update's per-origin sums (``actor/gec/<origin>/_*``, reduced by verl) replaced in place by
-    the shares and means they give (``gec.finish_origin_metrics``)."""
-    finished = gec_math.finish_origin_metrics(metrics, GEC_ACTOR_SCOPE)
-    for key in gec_math.raw_keys(metrics, GEC_ACTOR_SCOPE):
+    the shares and means they give (``gec_loss.finish_origin_metrics``)."""
+    finished = gec_loss.finish_origin_metrics(metrics, GEC_ACTOR_SCOPE)
+    for key in gec_loss.raw_keys(metrics, GEC_ACTOR_SCOPE):
         metrics.pop(key)
     metrics.update(finished)
 

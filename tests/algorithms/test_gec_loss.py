@@ -5,14 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, token_origins
-from edge_verl.algorithms.gec import (
-    advantage_step_outputs,
-    finish_origin_metrics,
-    injected_nll,
-    not_sampled,
-    raw_keys,
-    treat_injected,
+from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord
+from edge_verl.algorithms.gec_loss import token_origins
+from edge_verl.algorithms.gec_loss import (
+    advantage_step_outputs, finish_origin_metrics, injected_nll, not_sampled, raw_keys, treat_injected,
 )
 from edge_verl.estimators.groups import group_index_from_uids
 from edge_verl.estimators.statistics import as_sampled_statistics

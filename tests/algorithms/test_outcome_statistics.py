@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from edge_verl.algorithms.gec import CONTINUATION, PHRASE, SAMPLED
-from edge_verl.algorithms.gec import sampled_token_mean
+from edge_verl.algorithms.gec_loss import sampled_token_mean
 from edge_verl.estimators.statistics import as_sampled_statistics, outcome_statistics
 
 
