@@ -58,7 +58,7 @@ def test_gepo_fields_per_source_hand_computed():
 
 def test_one_source_equals_the_batch_statistics_and_every_value_is_finite():
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _ in range(20):
         groups, size, width = int(rng.integers(1, 6)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
         uids = [f"g{g}" for g in range(groups) for _ in range(size)]
         scores = torch.tensor(rng.integers(0, 2, len(uids)), dtype=torch.float32)
