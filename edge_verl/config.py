@@ -5,9 +5,9 @@ verl users set these under ``algorithm.<section>.*`` (``+algorithm.gepo.alpha_lo
 without ``+`` through the Hydra config shipped in ``edge_verl/conf/``). Each option is declared once, on its field
 (``option``): its default, its description, and its bounds (``ge`` / ``le`` / ``gt``) or allowed values (a
 ``Literal`` type). Validation checks what the field declares, with errors that name the key (``<section>.<option>``,
-under verl's ``algorithm``), the value and the allowed values (``Options._check_declared``); a class's validators add
-what one field cannot say (a list's shape, a relation between two options); docs/options.md prints the fields'
-metadata (``option_specs``, ``edge_verl/options_page.py``). An estimator's options live in its module
+under verl's ``algorithm``), the value and the allowed values (pydantic's validation, worded by ``_message``); a
+class's validators add what one field cannot say (a list's shape, a relation between two options); docs/options.md
+prints the fields' JSON schema (``option_specs``, ``edge_verl/options_page.py``). An estimator's options live in its module
 (``edge_verl/estimators/``), GEC's in ``algorithms/gec.py``; here: the base class, the extra metrics and the seeding
 (its options, the keyed seeds it draws from and the two fields it adds to verl's rows).
 """
@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from typing import Any, ClassVar, Literal, Mapping, NamedTuple, Optional, get_args, get_origin
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 def _check_finite(owner: str, name: str, value: Any, low: float | None = None, high: float | None = None) -> float:
@@ -32,19 +32,6 @@ def _check_finite(owner: str, name: str, value: Any, low: float | None = None, h
     return float(value)
 
 
-def _check_integer(owner: str, name: str, value: Any, low: int | None = None, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
-        wanted = "an integer" + (f" >= {low}" if low is not None else "") + (" or null" if optional else "")
-        raise ValueError(f"{owner}.{name}={value!r} must be {wanted}")
-
-
-def _check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{owner}.{name}={value!r}; allowed: {list(allowed)}")
-
-
 def option(default: Any, *, description: str, ge: float | None = None, le: float | None = None, gt: float | None = None,
            reason: str = "") -> Any:
     """A field: its default, its description (docs/options.md) and its bounds (a number: ``ge <= value <= le``,
@@ -53,9 +40,14 @@ def option(default: Any, *, description: str, ge: float | None = None, le: float
     return Field(default, description=description, ge=ge, le=le, gt=gt, json_schema_extra={"reason": reason} if reason else None)
 
 
+# JSON schema types -> the Python types the options are declared with.
+_SCHEMA_TYPES = {"number": float, "integer": int, "boolean": bool, "string": str}
+
+
 class Declared(NamedTuple):
-    """What a field declares: its type (``Optional`` and ``Literal`` unwrapped: a Literal is ``str`` with ``choices``),
-    whether null is allowed, its bounds, the reason for ``above`` and its description."""
+    """What a field declares, read from its class's JSON schema: its type (a Literal is ``str`` with ``choices``, a
+    fixed-length list a tuple of its items' types), whether null is allowed, its bounds, the reason for ``above`` and
+    its description."""
 
     kind: Any
     optional: bool
@@ -67,31 +59,32 @@ class Declared(NamedTuple):
     description: str
 
 
+def _schema_kind(schema: Mapping[str, Any]) -> Any:
+    if "prefixItems" in schema:
+        return tuple[tuple(_schema_kind(item) for item in schema["prefixItems"])]
+    return _SCHEMA_TYPES.get(schema.get("type"), object)
+
+
 def declared(cls: type, name: str) -> Declared:
-    """What field ``name`` of the options class ``cls`` declares (its pydantic metadata)."""
-    info = cls.model_fields[name]
-    kind, optional = info.annotation, False
-    arguments = get_args(kind)
-    if type(None) in arguments:
-        (kind,) = [argument for argument in arguments if argument is not type(None)]
-        optional = True
-    choices = None
-    if get_origin(kind) is Literal:
-        choices, kind = get_args(kind), str
-    bounds = {type(item).__name__.lower(): item for item in info.metadata}
-    extra = info.json_schema_extra or {}
+    """What field ``name`` of the options class ``cls`` declares (its JSON schema, as pydantic writes it)."""
+    schema = cls.model_json_schema()["properties"][name]
+    branches = schema.get("anyOf", [schema])
+    typed = [branch for branch in branches if branch.get("type") != "null"]
+    (body,) = typed
     return Declared(
-        kind, optional, getattr(bounds.get("ge"), "ge", None), getattr(bounds.get("le"), "le", None),
-        getattr(bounds.get("gt"), "gt", None), choices, extra.get("reason"), info.description or "",
+        _schema_kind(body), len(typed) < len(branches), body.get("minimum"), body.get("maximum"),
+        body.get("exclusiveMinimum"), tuple(body["enum"]) if "enum" in body else None, schema.get("reason"),
+        schema.get("description", ""),
     )
 
 
 class Options(BaseModel):
-    """Every options class's base: frozen, unknown keys refused, every field checked against what it declares
-    before pydantic converts it; an error is a ``ValueError`` that names ``<section>.<option>``, the value and the
-    allowed values. ``section``: the options' section under verl's ``algorithm``."""
+    """Every options class's base: pydantic validates (strict types: a number is not a flag nor a string, a flag
+    not a number; finite numbers only; unknown keys refused; each field's declared bounds and allowed values), and
+    an error is a ``ValueError`` that names ``<section>.<option>``, the value and what is allowed (``_message``).
+    ``section``: the options' section under verl's ``algorithm``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
     section: ClassVar[str] = ""
 
     def __init__(self, **values: Any) -> None:
@@ -102,31 +95,6 @@ class Options(BaseModel):
             super().__init__(**values)
         except ValidationError as error:
             raise ValueError(_message(type(self), error)) from None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _check_declared(cls, values: Any) -> Any:
-        """Each given value against its field's declaration: true or false, a finite number within its bounds, an
-        integer at least its ``ge``, one of its choices; null where the type is Optional. Fields of other types
-        (lists, free text) are checked by their class's own validators."""
-        for name, value in (values.items() if isinstance(values, Mapping) else ()):
-            if name not in cls.model_fields:
-                continue
-            field = declared(cls, name)
-            if field.optional and value is None:
-                continue
-            if field.kind is bool and not isinstance(value, bool):
-                raise ValueError(f"{cls.section}.{name}={value!r} must be true or false")
-            if field.kind is float:
-                _check_finite(cls.section, name, value, field.low, field.high)
-                if field.above is not None and not value > field.above:
-                    why = f"{field.reason}; it " if field.reason else ""
-                    raise ValueError(f"{cls.section}.{name}={value!r} {why}must be > {field.above}")
-            if field.kind is int:
-                _check_integer(cls.section, name, value, field.low, field.optional)
-            if field.choices is not None:
-                _check_choice(cls.section, name, value, field.choices)
-        return values
 
     @classmethod
     def from_mapping(cls, values: Optional[Mapping[str, Any]]):
@@ -139,13 +107,36 @@ class Options(BaseModel):
 
 
 def _message(cls: type, error: ValidationError) -> str:
-    """The message of the first error: a validator's own, else pydantic's, naming the key and the value."""
+    """The first error as the plugin words it: a validator's own message, else what the field allows (its
+    declaration), else pydantic's, each naming the key and the value."""
     first = error.errors()[0]
     raised = (first.get("ctx") or {}).get("error")
     if isinstance(raised, Exception):
         return str(raised)
-    key = ".".join(str(part) for part in first.get("loc", ()))
-    return f"{cls.section}.{key}={first.get('input')!r}: {first.get('msg')}"
+    location = tuple(first.get("loc", ()))
+    key, value = ".".join(str(part) for part in location), first.get("input")
+    prefix = f"{cls.section}.{key}={value!r}"
+    if len(location) != 1 or location[0] not in cls.model_fields:
+        return f"{prefix}: {first.get('msg')}"
+    field, kind = declared(cls, str(location[0])), first.get("type")
+    if field.kind is bool:
+        return f"{prefix} must be true or false"
+    if field.choices is not None:
+        return f"{prefix}; allowed: {list(field.choices)}"
+    if field.kind is int:
+        wanted = "an integer" + (f" >= {field.low}" if field.low is not None else "") + (" or null" if field.optional else "")
+        return f"{prefix} must be {wanted}"
+    if field.kind is float:
+        if kind in ("float_type", "finite_number"):
+            return f"{prefix} must be a finite number"
+        if kind == "greater_than_equal":
+            return f"{prefix} must be >= {field.low}"
+        if kind == "less_than_equal":
+            return f"{prefix} must be <= {field.high}"
+        if kind == "greater_than":
+            why = f"{field.reason}; it " if field.reason else ""
+            return f"{prefix} {why}must be > {field.above}"
+    return f"{prefix}: {first.get('msg')}"
 
 
 class MetricsConfig(Options):
@@ -174,7 +165,7 @@ class SeedingConfig(Options):
     """Reproducible runs, options under ``algorithm.edge_seeding``: the same command gives the same run.
 
     The seeds are this module's keys below (``prompt_key``, ``response_seed``, ``derived_seed``):
-    ``integration/rollout.py`` gives each response its own, and ``integration/trainer.py``
+    ``integration/rollout.py`` gives each response its own, and ``integration/v1_trainer.py``
     (``wrap_replay_buffer_sample``) orders v1's update batch by the prompt's key.
     """
 

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages, entropy_gradient_scale  # noqa: E402
 from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages  # noqa: E402
-from edge_verl.estimators.base import group_index_from_uids, masked_response_mean  # noqa: E402
+from edge_verl.estimators.groups import group_index_from_uids, masked_response_mean  # noqa: E402
 from edge_verl_lab.benchmarks import copy_bandwidth, make_batch, round_ratio, time_rounds, traffic, verl_grpo_vectorized  # noqa: E402
 
 # Peak memory bandwidth of GPUs this may run on (GB/s), for the "% of peak" column.
@@ -73,7 +73,7 @@ def registry_calls(data: dict, include_loop_grpo: bool) -> dict:
     from omegaconf import OmegaConf
     from verl.trainer.ppo import core_algos
 
-    from edge_verl.integration.trainer import TrainingRun, advantage_step
+    from edge_verl.integration.run import advantage_step, TrainingRun
 
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True})
     common = {key: data[key] for key in ("token_level_rewards", "response_mask", "index")}
@@ -101,7 +101,7 @@ def compute_advantage_calls(data: dict, include_loop_grpo: bool, advantage_stats
     from verl import DataProto
     from verl.trainer.ppo import ray_trainer
 
-    from edge_verl.integration.trainer import TrainingRun, active_run
+    from edge_verl.integration.run import active_run, TrainingRun
 
     keys = ("token_level_rewards", "response_mask", "old_log_probs", "entropys")
     batch = DataProto.from_dict(tensors={key: data[key] for key in keys}, non_tensors={"uid": data["index"]})
@@ -121,7 +121,7 @@ def compute_advantage_calls(data: dict, include_loop_grpo: bool, advantage_stats
 
 
 def eda_loss_term_call(data: dict):
-    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as the actor's loss (``integration/trainer.py``) applies it."""
+    """Forward + backward of EDA's in-loss factor on (B, T) tensors, as the actor's loss (``integration/actor_loss.py``) applies it."""
     mask = data["response_mask"]
     entropy = data["entropys"].clone().requires_grad_(True)
     advantages = data["old_log_probs"].detach()  # any (B, T) advantages

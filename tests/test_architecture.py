@@ -1,6 +1,6 @@
-"""ARCHITECTURE.md's per-step table, checked: each step's files exist and number at most 6, and every project module
-the step's modules import (at any depth, in functions too) is either in the table or among the files the document
-names as not counted, each with its reason."""
+"""ARCHITECTURE.md's trace of one step, checked against the code: every function the table names is defined in the
+module it names (a ``Class.method`` as a method of that class), the integration modules of the trace each run in
+one kind of process, and the modules the traced ones import are the trace's or named below it with their reason."""
 
 from __future__ import annotations
 
@@ -10,32 +10,50 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "ARCHITECTURE.md").read_text()
-SECTION = DOC[DOC.index("## Reading one step") : DOC.index("## How values travel")]
-# the modules a step starts in: the rollout, the trainer's adapter (the run, its step, the estimator adapter, the
-# loss hook) and each estimator
-STEP_MODULES = ("edge_verl/integration/rollout.py", "edge_verl/integration/trainer.py", "edge_verl/estimators/edge_eda.py", "edge_verl/estimators/gepo.py")
+SECTION = DOC[DOC.index("## One step, function by function") : DOC.index("## How values travel")]
+ROW = re.compile(r"^\| (\d+) \| ([\w -]+) \| `([\w.]+)` \| `([\w/]+\.py)` \| .+ \|$")
 
 
-def _path(name: str) -> str:
-    """A backticked name of the table as a path from the checkout's root (``integration/x.py`` -> ``edge_verl/...``)."""
-    return name if name.startswith("edge_verl/") else f"edge_verl/{name}"
+def _rows() -> list[tuple[int, str, str, str]]:
+    """(number, process, function, path from the checkout's root) of each row of the trace."""
+    rows = []
+    for line in SECTION.splitlines():
+        found = ROW.match(line)
+        if found:
+            number, process, function, module = found.groups()
+            rows.append((int(number), process.strip(), function, f"edge_verl/{module}"))
+    return rows
 
 
-def _columns() -> list[set[str]]:
-    rows = [line for line in SECTION.splitlines() if re.match(r"\| \d+ \|", line)]
-    columns: list[set[str]] = [set(), set(), set()]
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")][1:]
-        for column, cell in zip(columns, cells):
-            found = re.match(r"`([\w/]+\.py)`", cell)
-            if found:
-                column.add(_path(found.group(1)))
-    return columns
+def _defined(path: Path) -> set[str]:
+    """The module's top-level functions and classes, and ``Class.method`` for each class's methods."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            names |= {f"{node.name}.{item.name}" for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
 
 
-def _not_counted() -> set[str]:
-    block = SECTION[SECTION.index("Not counted") :]
-    return {_path(name) for name in re.findall(r"`([\w/]+(?:\.py|/))`", block)}
+def test_the_trace_is_numbered_in_order_and_names_processes_of_a_verl_run():
+    rows = _rows()
+    assert [number for number, *_ in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 20
+    assert {process for _, process, _, _ in rows} == {"agent-loop worker", "trainer", "actor worker"}
+
+
+def test_every_function_of_the_trace_is_defined_in_the_module_the_page_names():
+    missing = [(number, function, module) for number, _, function, module in _rows()
+               if not (ROOT / module).is_file() or function not in _defined(ROOT / module)]
+    assert not missing, f"ARCHITECTURE.md's trace names functions its modules do not define: {missing}"
+
+
+def test_each_integration_module_of_the_trace_runs_in_one_kind_of_process():
+    processes: dict[str, set[str]] = {}
+    for _, process, _, module in _rows():
+        processes.setdefault(module, set()).add(process)
+    mixed = {module: sorted(found) for module, found in processes.items() if "/integration/" in module and len(found) > 1}
+    assert not mixed, f"integration modules whose traced functions run in more than one kind of process: {mixed}"
 
 
 def _module_file(module: str) -> Path | None:
@@ -55,19 +73,13 @@ def _project_imports(path: Path) -> set[Path]:
     return found
 
 
-def test_each_step_of_the_table_passes_through_at_most_six_files_that_exist():
-    gec, eda, edge = _columns()
-    assert (len(gec), len(eda), len(edge)) == (5, 5, 6), (gec, eda, edge)
-    assert edge == gec | eda
-    for name in edge:
-        assert (ROOT / name).is_file(), name
-
-
-def test_every_module_the_step_imports_is_counted_or_named_as_not_counted_with_its_reason():
-    counted = set().union(*_columns()) | {"edge_verl/estimators/gepo.py"}  # GEPO's step: EDA's with gepo.py
-    allowed = counted | _not_counted()
+def test_every_module_the_traced_modules_import_is_in_the_trace_or_named_below_it():
+    traced = {module for *_, module in _rows()} | {"edge_verl/estimators/gepo.py"}  # GEPO's step: EDA's with gepo.py
+    named = {name if name.startswith("edge_verl/") else f"edge_verl/{name}"
+             for name in re.findall(r"`([\w/]+(?:\.py|/))`", SECTION[SECTION.index("Not in the table") :])}
+    allowed = traced | named
     seen: set[Path] = set()
-    todo = [ROOT / name for name in STEP_MODULES]
+    todo = [ROOT / name for name in traced]
     while todo:
         path = todo.pop()
         if path not in seen:
@@ -80,4 +92,4 @@ def test_every_module_the_step_imports_is_counted_or_named_as_not_counted_with_i
             continue
         if relative not in allowed and not any(relative.startswith(folder) for folder in allowed if folder.endswith("/")):
             outside.add(relative)
-    assert not outside, f"the step's modules import project files ARCHITECTURE.md neither counts nor names: {sorted(outside)}"
+    assert not outside, f"the traced modules import project files ARCHITECTURE.md neither traces nor names: {sorted(outside)}"

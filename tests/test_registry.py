@@ -59,8 +59,8 @@ def _group_step(rows: int = 4, width: int = 3):
 
 
 def test_verl_registry_the_adapter_and_the_run_find_it(toy):
-    from edge_verl.integration import trainer as estimator_adapter
-    from edge_verl.integration.trainer import TrainingRun, active_run, advantage_step, plugin_in_use
+    from edge_verl.integration import estimator_adapter
+    from edge_verl.integration.run import active_run, advantage_step, plugin_in_use, TrainingRun
 
     registered = {}
     core_algos = SimpleNamespace(ADV_ESTIMATOR_REGISTRY=registered,
@@ -84,9 +84,9 @@ def test_verl_registry_the_adapter_and_the_run_find_it(toy):
 
 
 def test_the_legacy_trainers_advantage_step_takes_it_for_one_of_the_plugins(toy):
-    from edge_verl.integration.trainer import adapter_of
+    from edge_verl.integration.estimator_adapter import adapter_of
     from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
-    from edge_verl.integration.trainer import TrainingRun, active_run
+    from edge_verl.integration.run import active_run, TrainingRun
 
     scores, mask, old_log_probs, uids = _group_step()
     rewards = torch.zeros(4, 3)

@@ -14,7 +14,6 @@ from edge_verl_lab.study import checks
 from edge_verl_lab.study import report as study_report
 from edge_verl_lab.study.config import WEIGHTS_DIGEST, eval_file
 from edge_verl_lab.study.runner import DONE_FILE, EVAL_FILE, IDENTITY_FILE, StudyConfig
-from tests.study_rows import training_row
 from tests.test_study_exact_report import _evaluation, _write_study
 
 # grpo 0.10, 0.12, 0.14 held out; edge = grpo + 0.05, 0.06, 0.07; gepo = grpo +- 0.001; the late reward 0.12 (gate passes)

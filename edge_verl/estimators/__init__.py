@@ -1,6 +1,7 @@
 """The advantage estimators: one module each, named by its registry key (verl's ``algorithm.adv_estimator`` and
-the ``algorithm.<name>`` section of its options), and ``base.py``, the registry they declare themselves in
-(``base.ESTIMATORS``) with what they share.
+the ``algorithm.<name>`` section of its options), and what they share (``SHARED_MODULES``): ``base.py``, the
+registry they declare themselves in (``base.ESTIMATORS``), ``groups.py``, the group arithmetic, and
+``statistics.py``, the step statistics.
 
 ``names()`` lists every estimator's key without importing torch or any estimator (``edge-verl method`` and the
 methods' definitions stay a fraction of a second): the modules of this package by name, then the estimators
@@ -17,14 +18,16 @@ from typing import Mapping
 
 PACKAGE = __name__
 BASE_MODULE = "base"
+SHARED_MODULES = (BASE_MODULE, "groups", "statistics")
 # Comma-separated modules outside the package that register estimators of their own: every verl process
 # imports them first (``integration/plugin.py``), and so do the doctor and the OpenRLHF launcher.
 FEATURE_MODULES_VARIABLE = "EDGE_VERL_FEATURE_MODULES"
 
 
 def builtin_names() -> tuple[str, ...]:
-    """The estimators of this package: its modules but ``base``, in name order."""
-    return tuple(sorted(module.name for module in pkgutil.iter_modules(__path__) if module.name != BASE_MODULE and not module.name.startswith("_")))
+    """The estimators of this package: its modules but the shared ones, in name order."""
+    return tuple(sorted(module.name for module in pkgutil.iter_modules(__path__)
+                        if module.name not in SHARED_MODULES and not module.name.startswith("_")))
 
 
 def names() -> tuple[str, ...]:

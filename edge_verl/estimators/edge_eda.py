@@ -42,11 +42,26 @@ from pydantic import field_validator
 
 from edge_verl.config import _check_finite, option
 from edge_verl.estimators.base import (
-    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, advantage_variance_metrics, group_sum, grpo_outcome,
-    masked_extreme, masked_mean, masked_quantiles, masked_response_mean, masked_row_sum_and_count, on_host, register_estimator,
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, register_estimator,
 )
+from edge_verl.estimators.groups import group_sum, grpo_outcome, masked_response_mean, masked_row_sum_and_count
+from edge_verl.estimators.statistics import advantage_variance_metrics, masked_extreme, masked_mean, on_host
 
 NAME = __name__.rsplit(".", 1)[-1]  # "edge_eda": the registry key is the module's name
+
+# EDA's stability per step (EDGE-GRPO's reviewers: the normalised entropy in the denominator has no stated
+# bound): these quantiles of |advantage| and of the entropy ratio P_hat, next to verl's actor/grad_norm.
+QUANTILES = {"p1": 0.01, "p50": 0.5, "p99": 0.99}
+
+
+def masked_quantiles(values: np.ndarray, rows: np.ndarray, name: str, empty: float) -> dict[str, float]:
+    """``<name>_p1``, ``_p50``, ``_p99`` of ``values`` over ``rows`` (numpy's linear interpolation);
+    ``empty`` for each when no row is selected."""
+    picked = values[rows]
+    if not picked.size:
+        return {f"{name}_{label}": empty for label in QUANTILES}
+    points = np.quantile(picked, list(QUANTILES.values()))
+    return {f"{name}_{label}": float(point) for label, point in zip(QUANTILES, points)}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ The GRPO advantage A_i itself and the policy loss are unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Mapping
 
 import numpy as np
 import torch
@@ -25,9 +25,10 @@ from pydantic import model_validator
 
 from edge_verl.config import option
 from edge_verl.estimators.base import (
-    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, advantage_variance_metrics, group_sum, grpo_outcome, masked_mean,
-    masked_row_sum_and_count, masked_variance, on_host, register_estimator,
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, register_estimator,
 )
+from edge_verl.estimators.groups import group_sum, grpo_outcome, masked_row_sum_and_count
+from edge_verl.estimators.statistics import advantage_variance_metrics, masked_mean, masked_variance, on_host
 
 NAME = __name__.rsplit(".", 1)[-1]  # "gepo": the registry key is the module's name
 
@@ -380,6 +381,22 @@ def compute(batch: GroupBatch, options: GepoConfig, thresholds: GepoThresholds) 
     )
 
 
+def source_statistics(per_response: Mapping[str, torch.Tensor], rows: torch.Tensor, group_index: torch.Tensor,
+                      num_groups: int) -> dict[str, float]:
+    """GEPO's statistics of one data source's responses (``rows``), as its step metrics define them for the batch:
+    group_entropy_mean (over the source's groups; each response carries its group's entropy), pos_attenuated_frac /
+    neg_attenuated_frac (attenuated among the source's positive / negative advantages before shaping)."""
+    groups = torch.unique(group_index[rows])
+    first = torch.zeros(num_groups, dtype=torch.float32, device=group_index.device)
+    first.index_put_((group_index[rows],), per_response["group_entropy"][rows].to(torch.float32))  # one value per group
+    outcome = per_response["outcome"][rows]
+    return {
+        "group_entropy_mean": float(first[groups].mean()),
+        "pos_attenuated_frac": float(per_response["positive_attenuated"][rows].sum() / max(1, int((outcome > 0).sum()))),
+        "neg_attenuated_frac": float(per_response["negative_attenuated"][rows].sum() / max(1, int((outcome < 0).sum()))),
+    }
+
+
 GEPO = register_estimator(
     Estimator(
         name=NAME,
@@ -390,5 +407,6 @@ GEPO = register_estimator(
         state_key="gepo_thresholds",
         state_label="GEPO thresholds",
         min_groups=MIN_GROUPS,
+        source_statistics=source_statistics,
     )
 )

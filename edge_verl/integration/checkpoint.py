@@ -1,8 +1,8 @@
 """A run's training state with verl's checkpoints: ``edge_verl_state.json`` in each of verl's ``global_step_N``
 checkpoint folders, written after verl's own checkpoint (``_save_checkpoint``) and read back on resume
-(``_load_checkpoint``, which also creates the run: ``trainer.start_run``), each estimator's state under its
+(``_load_checkpoint``, which also creates the run: ``trainer_run.start_run``), each estimator's state under its
 ``state_key`` (an estimator without state has no file). The trainers' wrappers that call these are in
-``trainer.py`` (``wrap_load_checkpoint``, ``wrap_save_checkpoint``); ``run`` is its ``TrainingRun``.
+``trainer_run.py`` (``wrap_load_checkpoint``, ``wrap_save_checkpoint``); ``run`` is its ``TrainingRun``.
 """
 
 from __future__ import annotations

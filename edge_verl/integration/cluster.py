@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from edge_verl.integration.internals import CORE
-from edge_verl.integration.trainer import plugin_in_use
+from edge_verl.integration.run import plugin_in_use
 from edge_verl.nodes import guard_run, settings_to_pass
 
 

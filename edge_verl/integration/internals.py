@@ -44,6 +44,17 @@ InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 # The mark a replacement carries: the (module, path) entry it was installed under.
 PATCH_MARK = "__edge_verl_patch__"
 
+# verl's actor loss as the plugin's loss hook (integration/actor_loss.py) relies on it, each checked in verl's source by
+# CORE below: ppo_loss passes exactly POLICY_LOSS_KEYWORDS to the policy loss by keyword
+# (core_algos.PolicyLossFn), which clamps log(pi_theta / pi_old) to +-LOG_RATIO_CLAMP before exp; VANILLA_POLICY_LOSS
+# is the ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included), the only mode whose clipping GEC's
+# per-origin ``vanilla_clip_frac`` recomputes; verl's trainers prefix the update's metrics with ACTOR_METRIC_PREFIX
+# (``rename_dict``).
+POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
+LOG_RATIO_CLAMP = 20.0
+VANILLA_POLICY_LOSS = "vanilla"
+ACTOR_METRIC_PREFIX = "actor"
+
 
 class UnlistedPatch(RuntimeError):
     """An attribute was patched without an entry in its layer's table."""
@@ -181,11 +192,8 @@ def find_internal_mismatches(table: InternalsTable) -> list[str]:
 
 
 def _core_table() -> "PatchTable":
-    """``CORE``, built on first use: its entries hold verl's loss constants as the plugin declares them
-    (``estimators/base.py``, which imports torch), and the CPU plugin imports this module before anything else,
-    with nothing imported that it may have to hide (``cpu/plugin.py``)."""
-    from edge_verl.estimators.base import ACTOR_METRIC_PREFIX, LOG_RATIO_CLAMP, POLICY_LOSS_KEYWORDS, VANILLA_POLICY_LOSS
-
+    """``CORE``, built on first use: the CPU plugin imports this module before anything else, with nothing imported
+    that it may have to hide (``cpu/plugin.py``)."""
     _ADVANTAGE = ("data", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config")
     _PPO_LOSS = ("config", "model_output", "data", "dp_group")
     # The actor loss's metric keys reach the trainer prefixed by verl's rename_dict (the hook writes gec/..., edge_eda/...).
@@ -227,7 +235,7 @@ def _core_table() -> "PatchTable":
                 "RayPPOTrainer._save_checkpoint": ("self",),
                 "RayPPOTrainer.fit": ("self",),
             },
-            # v1 trainer (integration/trainer.py, V1Adapter)
+            # v1 trainer (integration/v1_trainer.py, V1Adapter)
             "verl.trainer.ppo.v1.utils": {"compute_advantage": _ADVANTAGE},
             "verl.trainer.ppo.v1.trainer_base": {
                 "PPOTrainer._compute_advantage": ("self", "batch", "metrics"),
@@ -242,9 +250,9 @@ def _core_table() -> "PatchTable":
                 "AgentLoopManager.generate_sequences": ("self", "prompts"),
                 "AgentLoopWorker._run_agent_loop": ("self", "sampling_params", "trajectory"),
             },
-            # v1's update batch in (prompt, sample index) order, not completion order (trainer.py)
+            # v1's update batch in (prompt, sample index) order, not completion order (v1_trainer.py)
             "verl.trainer.ppo.v1.replay_buffer": {"ReplayBuffer.sample": ("self", "global_steps", "partition_id", "batch_size")},
-            # the actor loss (integration/trainer.py), and the modules that bind ppo_loss by name at import.
+            # the actor loss (integration/actor_loss.py), and the modules that bind ppo_loss by name at import.
             # The policy-loss wrapper reads config.global_batch_info's token count and dp size (GEC's SFT term),
             # which ppo_loss sets per micro-batch before it calls the policy loss.
             "verl.workers.utils.losses": {

@@ -24,9 +24,10 @@ from edge_verl.algorithms.gec import GEC_INFO_KEY
 from edge_verl.config import SAMPLE_INDEX_COLUMN
 from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.integration.internals import CORE
-from edge_verl.integration.trainer import (
-    REWARD_GRADER_KEY, active_run, advantage_step, after_actor_update, compute_advantage_in_step, current_run, gec_advantage_outputs,
-    gec_metrics, grader_metrics, run_of, wrap_load_checkpoint, wrap_save_checkpoint,
+from edge_verl.integration.run import active_run, advantage_step, current_run, REWARD_GRADER_KEY
+from edge_verl.integration.trainer_run import (
+    after_actor_update, compute_advantage_in_step, gec_advantage_outputs, gec_metrics, grader_metrics, run_of,
+    wrap_load_checkpoint, wrap_save_checkpoint,
 )
 
 # The old policy's per-token entropy, copied under this column before verl pops ``entropys``.

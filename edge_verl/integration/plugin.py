@@ -19,11 +19,12 @@ from typing import Any, Callable
 from wrapt import register_post_import_hook
 
 from edge_verl.estimators import import_feature_modules
-from edge_verl.integration import cluster, fused_head, trainer
+from edge_verl.integration import actor_loss, cluster, estimator_adapter, fused_head, v1_trainer
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.legacy_trainer import LegacyAdapter
 from edge_verl.integration.preflight import preflight_or_exit
-from edge_verl.integration.trainer import V1Adapter, plugin_in_use
+from edge_verl.integration.run import plugin_in_use
+from edge_verl.integration.v1_trainer import V1Adapter
 
 
 def _make_validate_config(original: Callable) -> Callable:
@@ -50,22 +51,22 @@ def patch_agent_loop(module: Any) -> None:
 
 
 def patch_v1_trainer(module: Any) -> None:
-    """The v1 trainer's adapter (``trainer.py``; its checkpoints, ``checkpoint.py``) and the seeded update batch's
+    """The v1 trainer's adapter (``v1_trainer.py``; its checkpoints, ``trainer_run.py``, ``checkpoint.py``) and the seeded update batch's
     order."""
     V1Adapter.install(module)
-    CORE.wrap(module, "PPOTrainer._build_replay_buffer", trainer.wrap_build_replay_buffer)
+    CORE.wrap(module, "PPOTrainer._build_replay_buffer", v1_trainer.wrap_build_replay_buffer)
 
 
 HOOKS: dict[str, Callable[[Any], None]] = {
     "verl.utils.config": patch_verl_config,
     "verl.trainer.constants_ppo": cluster.patch_constants,
-    "verl.workers.utils.losses": trainer.patch_losses,
+    "verl.workers.utils.losses": actor_loss.patch_losses,
     "verl.experimental.agent_loop.agent_loop": patch_agent_loop,
-    "verl.trainer.ppo.core_algos": trainer.register_estimators,
+    "verl.trainer.ppo.core_algos": estimator_adapter.register_estimators,
     "verl.trainer.ppo.ray_trainer": LegacyAdapter.install,
     "verl.trainer.ppo.v1.utils": V1Adapter.install_utils,
     "verl.trainer.ppo.v1.trainer_base": patch_v1_trainer,
-    "verl.trainer.ppo.v1.replay_buffer": trainer.install_replay_buffer,
+    "verl.trainer.ppo.v1.replay_buffer": v1_trainer.install_replay_buffer,
     "verl.models.transformers.monkey_patch": fused_head.patch_monkey_patch,
     "verl.utils.experimental.torch_functional": fused_head.patch_torch_functional,
 }

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from edge_verl.algorithms.gec import PlaceboProblem
-from edge_verl.integration.trainer import TrainingRun, check_gec_rows, check_run_config
+from edge_verl.integration.run import TrainingRun
+from edge_verl.integration.run_checks import check_gec_rows, check_run_config
 
 EXIT_CODE = 2
 PREFIX = "edge-verl preflight"

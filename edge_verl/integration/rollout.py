@@ -6,11 +6,11 @@ as the agent loop ``edge_gec``. Imported by the plugin once verl's agent-loop mo
 request's ``seed`` sampling parameter, ``config.response_seed`` of (``rollout.seed``, validation or training, the
 global step, the prompt's identity, the response's index in its group), and hands the prompt's key to the loop
 (``config.PROMPT_KEY_FIELD``), which v1 stores with the sample (the v1 trainer's adapter orders the update batch by
-it, ``trainer.wrap_replay_buffer_sample``). The prompt's identity is verl's own row identity, ``data_source`` and
+it, ``v1_trainer.wrap_replay_buffer_sample``). The prompt's identity is verl's own row identity, ``data_source`` and
 ``extra_info.index`` (verl's ``index`` column), with the prompt's messages, so that rows without an index still
 differ. The response's index is v1's ``session_id`` or, on the legacy trainer, the column
 ``LegacyAdapter.generate_sequences`` adds before verl splits the batch over agent-loop workers. A run that does
-not ask for it (``trainer.sampling_seed`` is None) gets verl's function untouched.
+not ask for it (``run.sampling_seed`` is None) gets verl's function untouched.
 
 **GEC** (``GecAgentLoop``): verl puts its rollout servers to sleep as soon as sampling ends, so a post-processor
 that must generate again lives INSIDE the rollout, as an agent loop. Per response it: samples like the single-turn
@@ -83,27 +83,16 @@ from uuid import uuid4
 
 from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.algorithms.gec import (
-    DOES_NOT_FIT,
-    GEC_INFO_KEY,
-    INJECT_ANSWER,
-    NO_PLACEBO,
-    REGENERATE,
-    REPLACE_SOLUTION,
-    CorrectionRecord,
-    GecConfig,
-    GroupRendezvous,
-    PlaceboProblem,
-    decide_correction,
-    decision_rng,
-    injected_answer_text,
-    placebo_candidates,
-    placebo_rng,
+    DOES_NOT_FIT, GEC_INFO_KEY, INJECT_ANSWER, NO_PLACEBO, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, GecConfig,
+    PlaceboProblem, decide_correction, decision_rng, injected_answer_text, placebo_candidates, placebo_rng,
     strip_end_tokens,
 )
+from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN, derived_seed, prompt_key, response_seed
 from edge_verl.integration.internals import CORE
 from edge_verl.integration.preflight import read_placebo_pool
-from edge_verl.integration.trainer import check_budget, check_gec_supported, sampling_seed
+from edge_verl.integration.run import sampling_seed
+from edge_verl.integration.run_checks import check_budget, check_gec_supported
 from edge_verl.reward.normalize import normalise_answer
 from edge_verl.reward.score import gold_answers
 

@@ -9,8 +9,8 @@ because it was asked to create one (under ``ray job submit`` and on several node
 
 What each subclass changes (mixins below, over OpenRLHF's undecorated ``__ray_actor_class__``):
 - trainer (``PPOTrainer``, and the async ``TrainingActor``): its experience maker becomes
-  ``RemoteExperienceMaker`` + ``GroupEstimatorMaker`` (``gepo`` / ``edge_eda`` through the pure functions of
-  ``edge_verl.algorithms``; any other estimator is OpenRLHF's code); GEPO's thresholds go into every
+  ``RemoteExperienceMaker`` + ``GroupEstimatorMaker`` (``gepo`` / ``edge_eda`` through the registry's estimators,
+  ``edge_verl.estimators``; any other estimator is OpenRLHF's code); GEPO's thresholds go into every
   checkpoint's ``client_states`` and come back on resume; evaluation keeps the plugin's logs; with the GEC agent
   file, the sync trainer's samples generator sends ``rollout_labels.RolloutLabel``s (evaluation marked).
 - ``GenerateSamplesActor`` (async): the same rollout labels; evaluation keeps the plugin's logs.

@@ -44,7 +44,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from edge_verl.estimators.base import ESTIMATORS, Estimator, GroupBatch, masked_response_mean
+from edge_verl.estimators.base import ESTIMATORS, Estimator, GroupBatch
+from edge_verl.estimators.groups import masked_response_mean
 from edge_verl.openrlhf.options import OpenRlhfOptions
 
 ENTROPY_METHOD = "edge_verl_token_entropy"

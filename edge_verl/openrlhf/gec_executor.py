@@ -42,16 +42,10 @@ from typing import Any, Optional
 from openrlhf.utils.agent import AgentExecutorBase, SingleTurnAgentExecutor
 
 from edge_verl.algorithms.gec import (
-    BRANCHES,
-    INJECT_ANSWER,
-    REGENERATE,
-    REPLACE_SOLUTION,
-    GroupRendezvous,
-    decide_correction,
-    decision_rng,
-    injected_answer_text,
+    BRANCHES, INJECT_ANSWER, REGENERATE, REPLACE_SOLUTION, decide_correction, decision_rng, injected_answer_text,
     strip_end_tokens,
 )
+from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.openrlhf.options import OpenRlhfGec, run_options
 from edge_verl.openrlhf.reward_func import grade_response, health_logs, label_parts
 from edge_verl.openrlhf.rollout_labels import ResponseKeys, prompt_digest, unwrap

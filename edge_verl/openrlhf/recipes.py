@@ -71,7 +71,7 @@ class OpenRlhfRecipe:
             raise ValueError(f"OpenRLHF recipe {self.method}: its estimator {method.estimator!r} (or Force-R) has no OpenRLHF form")
         if self.setup not in method.knobs or self.model not in MODEL_TAGS:
             raise ValueError(f"OpenRLHF recipe {self.method}: setup {self.setup!r} / model {self.model!r} is not one of its rows")
-        self.options  # every option translates, or the definition is refused
+        _ = self.options  # every option translates, or the definition is refused
 
     @property
     def file_name(self) -> str:

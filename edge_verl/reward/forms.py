@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 UNIT_WORDS = (
     "cm", "km", "mm", "m/s", "km/h", "mph", "inches", "inch", "feet", "foot", "ft", "yards", "yard", "miles", "mile",
@@ -268,7 +268,7 @@ _HAS_CJK = re.compile(f"[{_CJK}]")
 _CJK_TEXT_COMMAND = re.compile(r"\\(?:text|textnormal|textrm|mbox|mathrm)\s*\{([^{}]*)\}")
 _CJK_PREFIX = re.compile(f"^(?:[{_CJK}\\s:：,，]*(?:是|为|為|等于|等於|答案|:|：)\\s*)?")
 _CJK_REFUSED = ("不", "非", "没", "無", "无", "否", "未", "至少", "至多", "最多", "最少", "超过", "以上", "以下", "大于", "小于", "约", "大概", "可能", "或")
-_CJK_SUFFIX = re.compile(f"\\s*(?:元|个|米|厘米|千米|公里|度|秒|分钟|小时|天|年|人|种|次|平方米)?[\\s。．.，,！!；;）)]*$")
+_CJK_SUFFIX = re.compile("\\s*(?:元|个|米|厘米|千米|公里|度|秒|分钟|小时|天|年|人|种|次|平方米)?[\\s。．.，,！!；;）)]*$")
 
 
 def strip_cjk_sentence(text: str) -> str:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from edge_verl_lab.demo import task as tasks
-from edge_verl_lab.demo.run import DemoConfig, build_warm_model, final_weights, model_recipe, run_demo, trained_steps
+from edge_verl_lab.demo.run import build_warm_model, final_weights, model_recipe, run_demo, trained_steps
 from edge_verl_lab.experiment import RESUME, RESTART, finished_record, mark_stage, now, read_record, read_stage, resumption, stage_file, write_record
 from edge_verl_lab.same_run import weights_digest
 from edge_verl_lab.study.config import (  # noqa: F401  (re-exported: the study's names, importable from here as before)

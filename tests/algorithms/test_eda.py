@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
-from edge_verl.estimators.base import group_index_from_uids, grpo_outcome
+from edge_verl.estimators.groups import group_index_from_uids, grpo_outcome
 from tests.algorithms.reference import eda_reference
 
 

@@ -9,31 +9,12 @@ import torch
 
 from edge_verl.config import keyed_seed
 from edge_verl.algorithms.gec import (
-    ANSWER,
-    ANSWER_TEMPLATE,
-    CONTINUATION,
-    INJECT_ANSWER,
-    PHRASE,
-    PLACEBO_CANDIDATES,
-    REFLECTION_PHRASE,
-    REGENERATE,
-    REPLACE_SOLUTION,
-    SAMPLED,
-    SOLUTION,
-    CorrectionRecord,
-    PlaceboProblem,
-    decide_correction,
-    decision_rng,
-    draw_branch,
-    injected_answer_text,
-    injected_token_mask,
-    placebo_candidates,
-    placebo_rng,
-    shuffled_indices,
-    strip_end_tokens,
-    summarize_corrections,
-    token_origins,
+    ANSWER, ANSWER_TEMPLATE, CONTINUATION, INJECT_ANSWER, PHRASE, PLACEBO_CANDIDATES, REFLECTION_PHRASE, REGENERATE,
+    REPLACE_SOLUTION, SAMPLED, SOLUTION, CorrectionRecord, PlaceboProblem, decide_correction, decision_rng,
+    draw_branch, injected_answer_text, injected_token_mask, placebo_candidates, placebo_rng, shuffled_indices,
+    strip_end_tokens, summarize_corrections,
 )
+from edge_verl.algorithms.gec_loss import token_origins
 from edge_verl.algorithms.gec import GecConfig
 
 PAPER = (0.5, 0.25, 0.25)

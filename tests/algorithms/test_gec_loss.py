@@ -5,17 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, token_origins
-from edge_verl.algorithms.gec import (
-    advantage_step_outputs,
-    finish_origin_metrics,
-    injected_nll,
-    not_sampled,
-    raw_keys,
-    treat_injected,
+from edge_verl.algorithms.gec import INJECT_ANSWER, ORIGINS, REGENERATE, REPLACE_SOLUTION, CorrectionRecord
+from edge_verl.algorithms.gec_loss import token_origins
+from edge_verl.algorithms.gec_loss import (
+    advantage_step_outputs, finish_origin_metrics, injected_nll, not_sampled, raw_keys, treat_injected,
 )
-from edge_verl.estimators.base import as_sampled_statistics, group_index_from_uids
-from edge_verl.integration.trainer import VanillaClip, origin_sums, vanilla_clipped
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.estimators.statistics import as_sampled_statistics
+from edge_verl.integration.actor_loss import origin_sums, vanilla_clipped, VanillaClip
 
 S, C, P, A, SOL = range(5)
 

@@ -11,7 +11,7 @@ from edge_verl.estimators.gepo import (
     compute_gepo_advantages,
     compute_group_entropy,
 )
-from edge_verl.estimators.base import group_index_from_uids
+from edge_verl.estimators.groups import group_index_from_uids
 from tests.algorithms.reference import gepo_group_entropy_reference
 
 

@@ -2,11 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.estimators.base import (
-    group_index_from_uids,
-    grpo_outcome,
-    response_valid,
-    zero_variance_group_fraction,
+from edge_verl.estimators.groups import (
+    group_index_from_uids, grpo_outcome, response_valid, zero_variance_group_fraction,
 )
 from tests.algorithms.reference import grpo_reference
 
@@ -60,7 +57,7 @@ def test_response_valid_excludes_padding_and_empty_rows():
 # (3, 2^19) blocks of one row each (a row longer than a block).
 @pytest.mark.parametrize("shape", [(64, 33), (1100, 4000), (3, 1 << 19)], ids=["multiply_sum_path", "blocked_path", "row_per_block"])
 def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
-    from edge_verl.estimators.base import masked_row_sum
+    from edge_verl.estimators.groups import masked_row_sum
 
     generator = torch.Generator().manual_seed(0)
     values = torch.rand(shape, generator=generator)
@@ -73,7 +70,7 @@ def test_masked_row_sum_both_paths_match_a_reference_and_zero_non_finite(shape):
 
 
 def test_advantage_statistics_hand_computed_with_padding_and_masks():
-    from edge_verl.estimators.base import advantage_statistics
+    from edge_verl.estimators.statistics import advantage_statistics
 
     # Group 0: per-response advantages 1.5, -0.5, -0.5, -0.5 (token means over the mask); group 1 all 0
     # (scores tie); row 8 is v1 padding (excluded even with a huge value), row 9 has no response token.
@@ -93,7 +90,7 @@ def test_advantage_statistics_hand_computed_with_padding_and_masks():
 
 
 def test_advantage_statistics_of_one_response_or_non_finite_values_are_finite():
-    from edge_verl.estimators.base import advantage_statistics
+    from edge_verl.estimators.statistics import advantage_statistics
 
     one = advantage_statistics(torch.ones(1, 4), torch.ones(1, 4), torch.ones(1), torch.zeros(1, dtype=torch.long), 1, torch.ones(1, dtype=torch.bool))
     assert one == {"var": 0.0, "zero_variance_group_frac": 0.0}
@@ -115,7 +112,7 @@ def test_group_index_matches_a_first_appearance_reference_for_any_uid_type():
 
 def test_tied_group_fraction_hand_computed():
     # groups: (1, 1) tied, (0, 1) mixed, (1,) single (not counted), (0, 0, 0) tied -> 2 of 3 multi groups
-    from edge_verl.estimators.base import group_mean_std, tied_group_fraction
+    from edge_verl.estimators.groups import group_mean_std, tied_group_fraction
 
     scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     group_index = torch.tensor([0, 0, 1, 1, 2, 3, 3, 3])

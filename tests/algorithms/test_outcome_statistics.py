@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from edge_verl.algorithms.gec import CONTINUATION, PHRASE, SAMPLED
-from edge_verl.algorithms.gec import sampled_token_mean
-from edge_verl.estimators.base import as_sampled_statistics, outcome_statistics
+from edge_verl.algorithms.gec_loss import sampled_token_mean
+from edge_verl.estimators.statistics import as_sampled_statistics, outcome_statistics
 
 
 def test_outcome_statistics_by_hand():

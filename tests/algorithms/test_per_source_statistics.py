@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from edge_verl.estimators.base import group_index_from_uids, outcome_statistics, per_source_statistics
+from edge_verl.estimators.base import ESTIMATORS
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.estimators.statistics import outcome_statistics, per_source_statistics
 
 
 def _batch():
@@ -38,12 +40,13 @@ def test_hand_computed_per_source_statistics_leave_padding_and_masked_tokens_out
 
 
 def test_gepo_fields_per_source_hand_computed():
+    # GEPO's own statistics of a source: its registry entry's source_statistics over the per-response values
     sources, scores, mask, old_log_probs, group_index, num_groups, valid = _batch()
     group_entropy = torch.tensor([0.4, 0.7, 0.2, 0.0])  # per group a0, a1, b0, pad0
     outcome = torch.tensor([1.15, -0.58, -0.58, 0, 0, 0, 0, 0, 0, 0])
     gepo = {"group_entropy": group_entropy[group_index], "outcome": outcome,
             "positive_attenuated": torch.tensor([True] + [False] * 9), "negative_attenuated": torch.zeros(10, dtype=torch.bool)}
-    found = per_source_statistics(sources, scores, mask, None, group_index, num_groups, valid, gepo=gepo)
+    found = per_source_statistics(sources, scores, mask, None, group_index, num_groups, valid, per_response=gepo, estimator=ESTIMATORS["gepo"])
     # A: groups a0, a1 -> (0.4 + 0.7) / 2 = 0.55; its one positive advantage attenuated (1/1), none of its two negatives (0/2)
     assert found["A"]["group_entropy_mean"] == pytest.approx(0.55)
     assert (found["A"]["pos_attenuated_frac"], found["A"]["neg_attenuated_frac"]) == (1.0, 0.0)
@@ -55,7 +58,7 @@ def test_gepo_fields_per_source_hand_computed():
 
 def test_one_source_equals_the_batch_statistics_and_every_value_is_finite():
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _ in range(20):
         groups, size, width = int(rng.integers(1, 6)), int(rng.integers(1, 5)), int(rng.integers(1, 6))
         uids = [f"g{g}" for g in range(groups) for _ in range(size)]
         scores = torch.tensor(rng.integers(0, 2, len(uids)), dtype=torch.float32)
@@ -78,3 +81,27 @@ def test_sources_must_match_the_batch():
     sources, scores, mask, old_log_probs, group_index, num_groups, valid = _batch()
     with pytest.raises(ValueError, match="9 sources for 10 responses"):
         per_source_statistics(sources[:9], scores, mask, old_log_probs, group_index, num_groups, valid)
+
+
+def test_an_estimator_with_per_response_values_of_its_own_gets_its_statistics_per_source():
+    # an estimator registered from outside, whose per-response values are its own keys (not GEPO's): its
+    # source_statistics reads them; one without source_statistics adds nothing (no KeyError over GEPO's keys)
+    from edge_verl.estimators.base import Estimator, EstimatorOptions
+
+    class OwnOptions(EstimatorOptions):
+        section = "own_stats_estimator"
+
+    def mean_weight(per_response, rows, group_index, num_groups):
+        return {"weight_mean": float(per_response["weight"][rows].mean())}
+
+    sources, scores, mask, old_log_probs, group_index, num_groups, valid = _batch()
+    per_response = {"weight": torch.arange(10, dtype=torch.float32)}
+    own = Estimator(name="own_stats_estimator", description="test", config=OwnOptions, compute=lambda *a: None,
+                    source_statistics=mean_weight)
+    found = per_source_statistics(sources, scores, mask, None, group_index, num_groups, valid, per_response=per_response, estimator=own)
+    rows = {source: [i for i, name in enumerate(sources) if name == source and bool(valid[i])] for source in found}
+    for source, stats in found.items():  # the mean of its valid rows' weights
+        assert stats["weight_mean"] == pytest.approx(sum(rows[source]) / len(rows[source]))
+    plain = Estimator(name="own_stats_estimator", description="test", config=OwnOptions, compute=lambda *a: None)
+    assert "weight_mean" not in per_source_statistics(sources, scores, mask, None, group_index, num_groups, valid,
+                                                      per_response=per_response, estimator=plain)["A"]

@@ -46,7 +46,7 @@ def compare(hidden, weight, labels, temperature, *, use_log_prob, use_entropy, m
     found, wanted = [], []
     for head, out in ((lambda *a: tiled_log_prob_entropy(*a, **tiles), found), (eager, wanted)):
         log_prob, entropy = head(hidden, weight, labels, temperature)
-        cast = lambda g: None if g is None else g.to(log_prob.dtype)  # noqa: E731
+        cast = lambda g, dtype=log_prob.dtype: None if g is None else g.to(dtype)  # noqa: E731
         loss = loss_of(log_prob, entropy, cast(grad_log_prob), cast(grad_entropy))
         out.extend([log_prob.detach(), entropy.detach(), *torch.autograd.grad(loss, (hidden, weight))])
     for name, got, expected in zip(("log_prob", "entropy", "d hidden", "d weight"), found, wanted):

@@ -24,7 +24,7 @@ from verl.workers.utils import losses
 
 from edge_verl_lab.demo.tiny import build_model, build_tokenizer
 from edge_verl.estimators.edge_eda import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN, NAME as EDA_ESTIMATOR
-from edge_verl.integration.trainer import TrainingRun, active_run
+from edge_verl.integration.run import active_run, TrainingRun
 
 pytestmark = pytest.mark.verl
 

@@ -10,10 +10,10 @@ from verl.trainer.ppo import core_algos, ray_trainer
 from verl.trainer.ppo.v1 import utils as v1_utils
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
-from edge_verl.estimators.base import group_index_from_uids
-from edge_verl.integration import trainer as estimator_adapter
+from edge_verl.estimators.groups import group_index_from_uids
+from edge_verl.integration import estimator_adapter
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY
-from edge_verl.integration.trainer import TrainingRun, active_run
+from edge_verl.integration.run import active_run, TrainingRun
 
 pytestmark = pytest.mark.verl
 
@@ -118,7 +118,7 @@ def test_gepo_outside_a_training_run_says_where_its_state_lives():
 
 
 def test_an_exception_in_the_estimator_leaves_no_step_open():
-    from edge_verl.integration.trainer import current_step
+    from edge_verl.integration.run import current_step
 
     with pytest.raises(KeyError):
         ray_trainer.compute_advantage(_data(with_entropy=False), adv_estimator="edge_eda", config=_config())
@@ -166,7 +166,7 @@ def test_step_metrics_equal_slow_references(estimator):
     # The metrics are computed without host syncs (masked reductions, one copy at the end); here each is
     # recomputed the slow way (boolean indexing, torch.var) on a batch with padding rows and a tied group.
     from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
-    from edge_verl.estimators.base import zero_variance_group_fraction
+    from edge_verl.estimators.groups import zero_variance_group_fraction
 
     data = _data(seed=3, pad_rows=2)
     data.batch["token_level_rewards"][:4] = 0.0  # group uid0: all wrong

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from edge_verl.algorithms.gec import REFLECTION_PHRASE, CorrectionRecord, injected_answer_text
-from edge_verl.algorithms.gec import GroupRendezvous
+from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.integration.rollout import check_gec_supported, group_rendezvous
 
 pytestmark = pytest.mark.verl

@@ -21,10 +21,11 @@ from verl.workers.config import FSDPActorConfig
 from verl.workers.config.actor import PolicyLossConfig
 from verl.workers.utils import losses
 
-from edge_verl.algorithms.gec import ORIGINS, finish_origin_metrics
+from edge_verl.algorithms.gec import ORIGINS
+from edge_verl.algorithms.gec_loss import finish_origin_metrics
 from edge_verl.algorithms.gec import GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN
 from edge_verl.estimators.edge_eda import EDA_GROUP_ENTROPY_COLUMN, EDA_OPTIONS_KEY, EDA_RATIO_COLUMN
-from edge_verl.integration.trainer import finish_gec_actor_metrics
+from edge_verl.integration.trainer_run import finish_gec_actor_metrics
 
 pytestmark = pytest.mark.verl
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from verl.utils.groupwise import group_mean_std as verl_group_mean_std
 
-from edge_verl.estimators.base import group_mean_std
+from edge_verl.estimators.groups import group_mean_std
 
 GROUP_SIZES = (1, 1, 2, 3, 5, 8)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
-from edge_verl.estimators.base import group_index_from_uids, grpo_outcome
+from edge_verl.estimators.groups import group_index_from_uids, grpo_outcome
 
 GROUP_SIZES = (1, 2, 3, 5, 8)
 

@@ -143,7 +143,7 @@ def test_an_as_gold_placebo_refusal_says_why_and_how_to_fix_it_and_graded_needs_
     # so does gold: the default as_gold is not read there
     assert preflight(_config(tmp_path, "algorithm.adv_estimator=grpo", *GEC_ON, "reward.reward_manager.name=dapo")).gec.answer_source == "gold"
     # the agent loop's setup runs the same check on the worker's config
-    from edge_verl.integration.trainer import check_gec_supported
+    from edge_verl.integration.run_checks import check_gec_supported
 
     with pytest.raises(ValueError, match="name='dapo'"):
         check_gec_supported(_config(tmp_path, *dapo))

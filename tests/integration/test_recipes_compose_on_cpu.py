@@ -66,7 +66,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    from edge_verl.integration.trainer import check_run_config, check_token_budgets
+    from edge_verl.integration.run_checks import check_run_config, check_token_budgets
 
     config_name, overrides = recipe_overrides(recipe)
     for override in overrides:
@@ -102,7 +102,7 @@ def test_recipe_composes_against_verl_and_validates(recipe):
 
 
 def test_gepo_ablation_recipes_run_each_ablation_and_only_it():
-    from edge_verl.integration.trainer import check_run_config
+    from edge_verl.integration.run_checks import check_run_config
 
     expected = {
         "gepo_no_high": ("no_high_entropy_control", 0.5, 1.0),

@@ -16,9 +16,9 @@ from verl import DataProto
 from verl.trainer.ppo import core_algos, ray_trainer
 
 from edge_verl.estimators.base import ESTIMATORS, register_estimator
-from edge_verl.integration import trainer as estimator_adapter
+from edge_verl.integration import estimator_adapter
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY
-from edge_verl.integration.trainer import TrainingRun, active_run
+from edge_verl.integration.run import active_run, TrainingRun
 
 pytestmark = pytest.mark.verl
 

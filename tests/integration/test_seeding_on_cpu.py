@@ -13,9 +13,9 @@ from transfer_queue import KVBatchMeta
 
 from edge_verl.config import prompt_key, response_seed
 from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN
-from edge_verl.integration import rollout, trainer
+from edge_verl.integration import rollout, v1_trainer
 from edge_verl.integration.cpu.hf_rollout import HFRolloutServer
-from edge_verl.integration.trainer import sampling_seed
+from edge_verl.integration.run import sampling_seed
 from edge_verl_lab.demo import tiny
 
 PROMPT = [3, 40, 41, 42, 43, 5]
@@ -164,13 +164,13 @@ def test_v1s_update_batch_is_put_in_prompt_then_sample_order_whatever_the_comple
     done = ["a_1_0", "b_0_0", "a_0_0", "b_1_1", "b_1_0"]  # completion order; uids a (prompt 20) and b (10)
     fields = {key: {PROMPT_KEY_FIELD: 20 if key[0] == "a" else 10, "session_id": int(key.split("_")[1])} for key in done}
     batch = KVBatchMeta(keys=list(done), tags=[{"k": key} for key in done], partition_id="train", extra_info={"x": 1})
-    sample = trainer.wrap_replay_buffer_sample(_FakeTQ(fields))(lambda self, *args: (batch, {"m": 1}))
+    sample = v1_trainer.wrap_replay_buffer_sample(_FakeTQ(fields))(lambda self, *args: (batch, {"m": 1}))
     buffer = SimpleNamespace()
-    setattr(buffer, trainer._BUFFER_SEED, 5)
+    setattr(buffer, v1_trainer._BUFFER_SEED, 5)
     ordered, metrics = sample(buffer, 1, "train", 2)
     assert ordered.keys == ["b_0_0", "b_1_0", "b_1_1", "a_0_0", "a_1_0"]
     assert [tag["k"] for tag in ordered.tags] == ordered.keys and ordered.extra_info == {"x": 1} and metrics == {"m": 1}
-    setattr(buffer, trainer._BUFFER_SEED, None)  # a plain run: verl's order
+    setattr(buffer, v1_trainer._BUFFER_SEED, None)  # a plain run: verl's order
     assert sample(buffer, 1, "train", 2)[0].keys == done
 
 
@@ -180,7 +180,7 @@ def test_a_seeded_runs_trainer_process_draws_the_same_global_random_numbers_on_e
 
     import torch
 
-    from edge_verl.integration.trainer import start_run
+    from edge_verl.integration.trainer_run import start_run
 
     def draws(**algorithm):
         trainer = SimpleNamespace(config=OmegaConf.create({**_config(**algorithm), "data": {}}), train_dataset=None, val_dataset=None)

@@ -16,7 +16,7 @@ RECIPE_FILES = {recipe.name: recipe for recipe in RECIPES}
 
 @pytest.mark.parametrize("backend", ["fsdp", "megatron"])
 def test_each_grid_point_reaches_gepo_as_its_value_and_only_that_coefficient_moves(backend):
-    from edge_verl.integration.trainer import check_run_config
+    from edge_verl.integration.run_checks import check_run_config
 
     expected_by_row = {SWEEP.sweep.centre_row: dict(GEPO_PAPER)}
     for coefficient, points in SWEEP.sweep.points.items():

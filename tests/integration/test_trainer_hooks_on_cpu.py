@@ -19,11 +19,13 @@ from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.algorithms.gec import GEC_INFO_KEY, GEC_LOSS_OPTIONS_KEY, GEC_ORIGIN_COLUMN, decision_rng
 from edge_verl.config import SAMPLE_INDEX_COLUMN
 from edge_verl.estimators import edge_eda as estimators
-from edge_verl.integration import trainer as runs
+from edge_verl.integration import run_checks, trainer_run
 from edge_verl.integration.checkpoint import STATE_FILE
 from edge_verl.integration.rollout import response_identity, sample_index
 from edge_verl.integration.legacy_trainer import STEP_METRICS_KEY, LegacyAdapter
-from edge_verl.integration.trainer import TrainingRun, V1Adapter, active_run, advantage_step, wrap_save_checkpoint
+from edge_verl.integration.run import active_run, advantage_step, TrainingRun
+from edge_verl.integration.trainer_run import wrap_save_checkpoint
+from edge_verl.integration.v1_trainer import V1Adapter
 
 pytestmark = pytest.mark.verl
 
@@ -122,7 +124,7 @@ def test_plain_grpo_step_makes_no_transfer_queue_call_and_writes_no_file(tmp_pat
     assert adapter.compute_advantage(original)(trainer, _BATCH, metrics) is _BATCH
     adapter.compute_metrics(original)(trainer, _BATCH, metrics, {}, 1, 0)
     wrap_save_checkpoint(lambda self: None)(trainer)
-    assert runs.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
+    assert trainer_run.run_of(trainer) is None  # nothing of the plugin's was asked for: no run at all
     assert tq.gets == tq.puts == [] and len(called) == 2 and metrics == {}
     assert list(tmp_path.iterdir()) == []
 
@@ -150,7 +152,7 @@ def test_edge_eda_fetches_the_entropy_once_and_reports_the_step_metrics():
     seen = {}
 
     def original(self, batch, metrics):
-        from edge_verl.integration.trainer import current_step
+        from edge_verl.integration.run import current_step
 
         step = current_step()
         seen["entropy"] = step.inputs["entropy"]
@@ -170,44 +172,44 @@ GEC_ROWS = [GEC_AGENT_LOOP] * 3
 
 
 def test_gec_on_with_gec_rows_starts():
-    run = runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS))
+    run = trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS))
     assert run.gec_enabled and run.uses_plugin_estimator
 
 
 def test_gec_on_but_no_gec_rows_in_the_training_data_is_an_error():
     with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
-        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True})))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True})))
     with pytest.raises(ValueError, match="no training row has agent_name=edge_gec"):
-        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=["single_turn_agent"]))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=["single_turn_agent"]))
 
 
 @pytest.mark.parametrize("gec", [None, {"seed": 3}, {"enable": False}])
 def test_gec_rows_in_the_data_without_the_switch_is_an_error(gec):
     with pytest.raises(ValueError, match="set algorithm.edge_gec.enable=True"):
-        runs.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec=gec), train=GEC_ROWS))
 
 
 def test_a_plain_run_is_not_inspected_even_with_gec_rows():
     # Nothing of the plugin's asked for: no run, no check of its data (the edge_gec loop itself refuses to
     # run with GEC off, tests/integration/test_gec_agent_loop_on_cpu.py).
-    assert runs.start_run(_trainer(_config("grpo"), train=GEC_ROWS)) is None
+    assert trainer_run.start_run(_trainer(_config("grpo"), train=GEC_ROWS)) is None
 
 
 def test_gec_with_rollout_log_probs_is_an_error():
     with pytest.raises(ValueError, match="calculate_log_probs=False"):
-        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}, calculate_log_probs=True), train=GEC_ROWS))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True}, calculate_log_probs=True), train=GEC_ROWS))
 
 
 def test_gec_rows_in_validation_data_or_as_default_loop_are_errors():
     with pytest.raises(ValueError, match="validation must never be corrected"):
-        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS, val=GEC_ROWS))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True}), train=GEC_ROWS, val=GEC_ROWS))
     with pytest.raises(ValueError, match="default_agent_loop=edge_gec"):
-        runs.start_run(_trainer(_config("edge_eda", gec={"enable": True}, default_agent_loop="edge_gec"), train=GEC_ROWS))
+        trainer_run.start_run(_trainer(_config("edge_eda", gec={"enable": True}, default_agent_loop="edge_gec"), train=GEC_ROWS))
 
 
 def test_bad_gec_option_is_reported_before_the_first_rollout():
     with pytest.raises(ValueError, match="edge_gec.scope='all'"):
-        runs.start_run(_trainer(_config("grpo", gec={"scope": "all"})))
+        trainer_run.start_run(_trainer(_config("grpo", gec={"scope": "all"})))
 
 
 # --- sample numbering survives any split across agent-loop workers -------------------------------------------
@@ -384,8 +386,8 @@ def test_bad_metrics_option_is_reported():
 )
 def test_grader_metrics_are_on_when_the_run_grades_with_edge_verls_reward(reward, expected):
     config = OmegaConf.merge(_config("grpo"), OmegaConf.create(reward))
-    assert runs.uses_edge_reward(config) is expected
-    assert runs.check_run_config(config).grader_metrics is expected
+    assert run_checks.uses_edge_reward(config) is expected
+    assert run_checks.check_run_config(config).grader_metrics is expected
 
 
 def test_v1_step_metrics_give_the_fraction_of_reward_calls_per_grader_outcome():
@@ -431,7 +433,7 @@ def test_v1_puts_edas_loss_columns_next_to_the_advantages_and_its_options_into_e
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 
     def original(self, batch, metrics):
-        from edge_verl.integration.trainer import current_step
+        from edge_verl.integration.run import current_step
 
         step = current_step()
         step.loss_columns = {estimators.EDA_GROUP_ENTROPY_COLUMN: 0.7 * mask, estimators.EDA_RATIO_COLUMN: 1.3 * mask}
@@ -471,15 +473,15 @@ def test_the_gradient_form_without_entropy_in_the_update_is_refused_before_the_f
     config.algorithm.edge_eda = {"entropy_gradient": True}
     config.actor_rollout_ref.actor = {"calculate_entropy": False, "entropy_coeff": 0.0}
     with pytest.raises(ValueError, match="calculate_entropy=True"):
-        runs.check_run_config(config)
+        run_checks.check_run_config(config)
     config.actor_rollout_ref.actor.calculate_entropy = True
-    assert runs.check_run_config(config).options.entropy_gradient
+    assert run_checks.check_run_config(config).options.entropy_gradient
 
 
 def test_an_update_without_the_loss_hooks_metrics_stops_a_run_that_needs_them():
     from omegaconf import OmegaConf
 
-    from edge_verl.integration.trainer import check_loss_hook_ran
+    from edge_verl.integration.trainer_run import check_loss_hook_ran
 
     def run(**algorithm):
         return TrainingRun.from_config(OmegaConf.create(algorithm))
@@ -530,10 +532,10 @@ def test_a_gepo_run_with_fewer_than_two_groups_per_step_is_refused_before_it_sta
     config = _config("gepo")
     config.data = {"train_batch_size": prompts}
     with pytest.raises(ValueError, match=rf"data.train_batch_size={prompts}: gepo needs at least 2 prompt groups per step; its thresholds"):
-        runs.check_run_config(config)
+        run_checks.check_run_config(config)
     config.data.train_batch_size = 2
-    assert runs.check_run_config(config).entry.name == "gepo"
+    assert run_checks.check_run_config(config).entry.name == "gepo"
     for estimator in ("edge_eda", "grpo"):  # one group is a group: EDA and verl's GRPO are defined on it
         single = _config(estimator)
         single.data = {"train_batch_size": 1}
-        runs.check_run_config(single)
+        run_checks.check_run_config(single)

@@ -20,7 +20,7 @@ from verl.utils import as_torch_index, group_mean_std
 
 from edge_verl.estimators.edge_eda import compute_eda_advantages
 from edge_verl.estimators.gepo import GepoThresholds, compute_gepo_advantages
-from edge_verl.estimators.base import group_index_from_uids
+from edge_verl.estimators.groups import group_index_from_uids
 
 PATCHES = Path(__file__).resolve().parents[2] / "upstream" / "verl" / "patches"
 
@@ -174,7 +174,7 @@ def test_patch_gepo_equals_plugin_gepo_over_steps(patch_ns, seed, group_entropy)
             b["rewards"].sum(-1), b["old_log_probs"], b["mask"], **_groups(b["uids"]), thresholds=thresholds,
             norm_by_std=norm_by_std, std_epsilon=1e-6, estimator=group_entropy, **options,
         )
-        torch.testing.assert_close(ours.advantages, expected, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(ours.advantages, expected, msg=lambda m, step=step: f"step {step}: {m}")
         updates += bool(b["mask"].sum() > 0)  # a step without any response token leaves the thresholds alone
         assert state["gepo"]["num_updates"] == thresholds.num_updates == updates
         # the patch forms the candidates in float32, the plugin in float64: equal to float32 precision

@@ -47,7 +47,7 @@ def test_the_data_command_writes_every_set_with_the_verl_prompt_and_a_label_the_
         # OpenRLHF's preprocessing with --data.apply_chat_template hands the messages to the chat template
         seen = []
         prompt, label = preprocess(rows[0], input_key=INPUT_KEY, label_key=LABEL_KEY,
-                                   apply_chat_template=lambda chat, **_: seen.append(chat) or "templated")
+                                   apply_chat_template=lambda chat, seen=seen, **_: seen.append(chat) or "templated")
         assert prompt == "templated" and seen[0] == rows[0][INPUT_KEY] and label == rows[0][LABEL_KEY]
         # the gold answer, boxed, scores 1 and a wrong one 0 (the first rows of each set)
         for row in rows[:3]:

@@ -7,7 +7,6 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from edge_verl.openrlhf import reward_func
 from edge_verl.openrlhf.options import ENV_VAR, OpenRlhfOptions, RewardOptions, read_options, run_options
