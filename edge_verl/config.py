@@ -7,13 +7,14 @@ without ``+`` through the Hydra config shipped in ``edge_verl/conf/``). Each opt
 ``Literal`` type). Validation checks what the field declares, with errors that name the key (``<section>.<option>``,
 under verl's ``algorithm``), the value and the allowed values (pydantic's validation, worded by ``_message``); a
 class's validators add what one field cannot say (a list's shape, a relation between two options); docs/options.md
-prints the fields' JSON schema (``option_specs``, ``edge_verl/options_page.py``). An estimator's options live in its module
-(``edge_verl/estimators/``), GEC's in ``algorithms/gec.py``; here: the base class, the extra metrics and the seeding
+prints the fields' JSON schema (``option_specs``, ``edge_verl/options_page.py``). An estimator's options live in its
+module (``edge_verl/estimators/``), GEC's in ``algorithms/gec.py``; here: the base class, the extra metrics and the seeding
 (its options, the keyed seeds it draws from and the two fields it adds to verl's rows).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -65,9 +66,16 @@ def _schema_kind(schema: Mapping[str, Any]) -> Any:
     return _SCHEMA_TYPES.get(schema.get("type"), object)
 
 
+@functools.cache
+def _properties(cls: type) -> Mapping[str, Any]:
+    """The fields of the options class ``cls`` in its JSON schema, built once per class (pydantic builds the whole
+    schema on every call; the options page and an error's wording read it field by field)."""
+    return cls.model_json_schema()["properties"]
+
+
 def declared(cls: type, name: str) -> Declared:
     """What field ``name`` of the options class ``cls`` declares (its JSON schema, as pydantic writes it)."""
-    schema = cls.model_json_schema()["properties"][name]
+    schema = _properties(cls)[name]
     branches = schema.get("anyOf", [schema])
     typed = [branch for branch in branches if branch.get("type") != "null"]
     (body,) = typed
@@ -124,8 +132,8 @@ def _message(cls: type, error: ValidationError) -> str:
     if field.choices is not None:
         return f"{prefix}; allowed: {list(field.choices)}"
     if field.kind is int:
-        wanted = "an integer" + (f" >= {field.low}" if field.low is not None else "") + (" or null" if field.optional else "")
-        return f"{prefix} must be {wanted}"
+        at_least = f" >= {field.low}" if field.low is not None else ""
+        return f"{prefix} must be an integer{at_least}{' or null' if field.optional else ''}"
     if field.kind is float:
         if kind in ("float_type", "finite_number"):
             return f"{prefix} must be a finite number"

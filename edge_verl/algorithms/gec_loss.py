@@ -13,8 +13,8 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 
 from edge_verl.algorithms.gec import (
-    ANSWER, CONTINUATION, INJECT_ANSWER, INJECTED_LOSSES, NOT_SAMPLED, ORIGINS, PHRASE, REGENERATE, REPLACE_SOLUTION, SAMPLED,
-    SOLUTION, CorrectionRecord,
+    ANSWER, CONTINUATION, INJECT_ANSWER, INJECTED_LOSSES, NOT_SAMPLED, ORIGINS, PHRASE, REGENERATE, REPLACE_SOLUTION,
+    SAMPLED, SOLUTION, CorrectionRecord,
 )
 from edge_verl.estimators.groups import response_valid
 from edge_verl.estimators.statistics import advantage_statistics, as_sampled_statistics

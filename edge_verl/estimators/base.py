@@ -318,8 +318,8 @@ def register_estimator(entry: Estimator) -> Estimator:
 
 # The group arithmetic and the step statistics were this module's: an estimator that imports them from here still
 # finds them (their homes: groups.py, statistics.py).
-_MOVED = {"groups": ("PAD_UID_PREFIX", "group_index_from_uids", "response_valid", "masked_row_sum", "masked_row_sum_and_count",
-                     "masked_response_mean", "group_sum", "group_mean_std", "grpo_outcome", "tied_group_fraction",
+_MOVED = {"groups": ("PAD_UID_PREFIX", "group_index_from_uids", "response_valid", "masked_row_sum",
+                     "masked_row_sum_and_count", "masked_response_mean", "group_sum", "group_mean_std", "grpo_outcome", "tied_group_fraction",
                      "zero_variance_group_fraction"),
           "statistics": ("CORRECT_THRESHOLD", "outcome_statistics", "advantage_statistics", "as_sampled_statistics",
                          "per_source_statistics", "on_host", "masked_variance", "masked_extreme", "masked_mean",

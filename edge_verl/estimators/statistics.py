@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from edge_verl.estimators.groups import group_mean_std, group_sum, grpo_outcome, masked_row_sum_and_count, tied_group_fraction
+from edge_verl.estimators.groups import (
+    group_mean_std, group_sum, grpo_outcome, masked_row_sum_and_count, tied_group_fraction,
+)
 
 if TYPE_CHECKING:
     from edge_verl.estimators.base import Estimator

@@ -45,10 +45,10 @@ InternalsTable = Mapping[str, Mapping[str, tuple[Union[str, Relied], ...]]]
 PATCH_MARK = "__edge_verl_patch__"
 
 # verl's actor loss as the plugin's loss hook (integration/actor_loss.py) relies on it, each checked in verl's source by
-# CORE below: ppo_loss passes exactly POLICY_LOSS_KEYWORDS to the policy loss by keyword
-# (core_algos.PolicyLossFn), which clamps log(pi_theta / pi_old) to +-LOG_RATIO_CLAMP before exp; VANILLA_POLICY_LOSS
-# is the ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included), the only mode whose clipping GEC's
-# per-origin ``vanilla_clip_frac`` recomputes; verl's trainers prefix the update's metrics with ACTOR_METRIC_PREFIX
+# CORE below: ppo_loss passes exactly POLICY_LOSS_KEYWORDS to the policy loss by keyword (core_algos.PolicyLossFn),
+# which clamps log(pi_theta / pi_old) to +-LOG_RATIO_CLAMP before exp; VANILLA_POLICY_LOSS is the
+# ``policy_loss.loss_mode`` of plain PPO clipping (dual clip included), the only mode whose clipping GEC's per-origin
+# ``vanilla_clip_frac`` recomputes; verl's trainers prefix the update's metrics with ACTOR_METRIC_PREFIX
 # (``rename_dict``).
 POLICY_LOSS_KEYWORDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "config", "rollout_is_weights")
 LOG_RATIO_CLAMP = 20.0
