@@ -8,12 +8,14 @@ Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below
 single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl for ~7-10 s): alone it keeps about
 one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
 alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
-each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
-time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
-the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
-clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
-(``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, once no e2e test runs beside
-them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+each run 3x slower). So at most two heavy units run at once, one per worker: the e2e files, one at a time, longest
+first (``E2E_SECONDS``), and the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which
+shares nothing with the local clusters but the CPU), which the last worker takes first. The fast tiers fill in at the
+end, at a lower priority (``BESIDE_NICENESS``), on a worker with no heavy unit left while the other finishes its
+own, so that neither waits idle. The tests that grade against a deadline (``DEADLINE``: the doctor's self-check,
+tests/reward/, OpenRLHF's reward hook) are one unit, taken once no heavy unit is left anywhere (or nothing else is
+left), and its first test waits for any e2e test still running beside it (``wait_for_e2e_beside``): beside it run
+only niced fast tests. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -41,10 +43,10 @@ MULTINODE = (
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
 )
 # The e2e files' durations alone here (seconds, rounded; from CI runs, the OpenRLHF file's estimated after it lost
-# two runs), the order the scheduler hands them out in: longest first, so that the two workers end together. A file missing here goes last; a wrong figure costs
-# time, never a result.
+# three runs), the order the scheduler hands them out in: longest first, so that the last ones are short. A file
+# missing here goes last; a wrong figure costs time, never a result.
 E2E_SECONDS = {
-    "test_openrlhf_train_ppo_ray_on_cpu.py": 440,
+    "test_openrlhf_train_ppo_ray_on_cpu.py": 400,
     "test_demo_command_on_cpu.py": 330,
     "test_vllm_rollout_on_cpu.py": 280,
     "test_main_ppo_on_cpu.py": 270,
@@ -107,11 +109,11 @@ def pytest_collection_modifyitems(items):
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
 # two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
 # unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
-# is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
-# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE unit comes last, and its tests
-# wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
-# pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
-# hook too, and the first answer is the one used.
+# is told to stop), and the unit it gets is chosen for it: a heavy unit while one is left (the last worker takes the
+# two-node unit first, the first the longest e2e file); then the DEADLINE unit if no other worker has heavy tests
+# left to run, else a fast test (the filler); the DEADLINE unit when nothing else is left. xdist's own grouping
+# (``--dist loadgroup``) renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this
+# scheduler's. tryfirst: xdist's session answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
@@ -121,6 +123,9 @@ def pytest_xdist_make_scheduler(config, log):
     deadline = prefixes(config.rootpath, DEADLINE)
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
+
+    def heavy(scope: str) -> bool:
+        return scope == "multinode" or scope.startswith("e2e:")
 
     class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -132,14 +137,19 @@ def pytest_xdist_make_scheduler(config, log):
                 return "e2e:" + nodeid.split("::")[0]
             return nodeid
 
+        def _heavy_left_beside(self, node) -> bool:
+            return any(heavy(scope) and not all(unit.values())
+                       for other, units in self.assigned_work.items() if other is not node for scope, unit in units.items())
+
         def _next_scope(self, node) -> str:
             longest = max((scope for scope in self.workqueue if scope.startswith("e2e:")),
                           key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
-            fast = next((scope for scope in self.workqueue
-                         if scope not in ("multinode", "deadline") and not scope.startswith("e2e:")), None)
-            fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
-            preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
-            return next((scope for scope in preferred if scope in self.workqueue), "deadline")
+            fast = next((scope for scope in self.workqueue if scope != "deadline" and not heavy(scope)), None)
+            last_worker = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
+            preferred = ("multinode", longest) if last_worker else (longest, "multinode")
+            if not self._heavy_left_beside(node):
+                preferred += ("deadline",)
+            return next((scope for scope in (*preferred, fast) if scope in self.workqueue), "deadline")
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
@@ -183,7 +193,7 @@ def e2e_ended_beside():
 @pytest.fixture(autouse=True)
 def wait_for_e2e_beside(request, e2e_ended_beside):
     """The first DEADLINE test of a worker starts once no other worker runs an e2e test (seen so twice, 2 s apart):
-    the DEADLINE unit is the scheduler's last, so no e2e file starts after it."""
+    the scheduler hands the DEADLINE unit out after every heavy unit, so no e2e file starts after it."""
     if e2e_ended_beside or os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(
             prefixes(request.config.rootpath, DEADLINE)):
         return

@@ -176,28 +176,6 @@ def saved_thresholds(out: Path, step: int) -> dict:
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_gepo_trains_two_steps_checkpoints_and_resumes_with_its_thresholds(inputs, tmp_path, parts):
-    out = tmp_path / "gepo"
-    first = train(inputs, out, "gepo", 2, {"gepo": {}})
-    assert sorted(first["metrics"]) == [1, 2]
-    for logged in first["metrics"].values():
-        # the plugin's metrics beside OpenRLHF's own (group_reward_std among them), from the real trainer actor
-        assert {"gepo/h_low", "gepo/h_high", "gepo/negative_attenuated", "group_reward_std", "reward",
-                "edge_verl/grader/caller", "actor_grad_norm"} <= set(logged)
-    assert any(logged["actor_grad_norm"] > 0 for logged in first["metrics"].values()), first["metrics"]
-    # GEPO's thresholds are training state: in each of DeepSpeed's checkpoints, one EMA update per step
-    assert [saved_thresholds(out, s)["num_updates"] for s in (1, 2)] == [1, 2]
-    after_two = saved_thresholds(out, 2)
-    assert after_two["h_low"] == pytest.approx(first["metrics"][2]["gepo/h_low"], rel=1e-6)
-
-    resumed = train(inputs, out, "gepo", 3, {"gepo": {}}, "--ckpt.load_enable")
-    restored = [(int(m.group(1)), json.loads(m.group(2))) for m in RESTORED.finditer(resumed["log"])]
-    assert restored == [(2, after_two)]  # exactly the saved state, floats included
-    assert sorted(resumed["metrics"]) == [3]
-    assert saved_thresholds(out, 3)["num_updates"] == 3
-
-
-@pytest.mark.parametrize("parts", [REAL])
 def test_edge_eda_is_edas_function_of_the_runs_own_batch_and_the_weight_sync_carries_the_trained_weights(inputs, tmp_path, parts):
     # OpenRLHF's rollout correction (--algo.advantage.is_correction_level token) has vLLM return the sampled
     # tokens' log-probs and logs vllm_kl = mean(vLLM's log-prob - the trainer's old-policy log-prob) at each step.
@@ -263,14 +241,16 @@ def test_edge_gec_corrects_training_never_evaluation_and_evaluates_each_benchmar
 
 
 @pytest.mark.parametrize("parts", [REAL])
-def test_the_async_trainer_runs_as_a_ray_job_with_its_options_checkpoints_its_thresholds_and_keeps_eval_logs(inputs, tmp_path, parts):
+def test_the_async_trainer_runs_as_a_ray_job_with_its_options_keeps_eval_logs_and_resumes_with_its_thresholds(inputs, tmp_path, parts):
     # `ray job submit` on a running cluster: the launcher is the job's driver; its options file is named in the
     # job's runtime_env (the submitting shell's environment does not reach the driver). --train.async_enable:
     # OpenRLHF's PPOTrainerAsync creates its TrainingActor and GenerateSamplesActor itself; the launcher's
-    # PPOTrainerAsync creates edge_verl's subclasses of both (one run for both: each costs a cluster's start-up)
+    # PPOTrainerAsync creates edge_verl's subclasses of both (one run for both: each costs a cluster's start-up).
+    # Then the same command resumed from step 2's checkpoint: GEPO's thresholds are training state.
     out = tmp_path / "job"
     out.mkdir()
-    (out / "options.json").write_text(json.dumps({"gepo": {"alpha_low": 0.6}, "dump": {"dir": str(out / "dump")}}))
+    options = {"gepo": {"alpha_low": 0.6}, "dump": {"dir": str(out / "dump")}}
+    (out / "options.json").write_text(json.dumps(options))
     env = cpu_environment()
     ray = str(VENV_PYTHON.parent / "ray")
     runtime_env = json.dumps({"env_vars": {"EDGE_VERL_OPENRLHF": str(out / "options.json")}})
@@ -288,8 +268,17 @@ def test_the_async_trainer_runs_as_a_ray_job_with_its_options_checkpoints_its_th
     (out / "job.log").write_text(log)
     assert result.returncode == 0 and "succeeded" in log, log[-8000:]
     metrics = step_metrics(log)
-    assert sorted(metrics) == [1, 2] and all("gepo/h_low" in logged for logged in metrics.values())
-    assert saved_thresholds(out, 2)["num_updates"] == 2  # edge_verl's trainer subclass ran in the job
+    assert sorted(metrics) == [1, 2]
+    for logged in metrics.values():
+        # the plugin's metrics beside OpenRLHF's own (group_reward_std among them), from the real trainer actor
+        assert {"gepo/h_low", "gepo/h_high", "gepo/negative_attenuated", "group_reward_std", "reward",
+                "edge_verl/grader/caller", "actor_grad_norm"} <= set(logged)
+    assert any(logged["actor_grad_norm"] > 0 for logged in metrics.values()), metrics
+    # GEPO's thresholds are training state: in each of DeepSpeed's checkpoints, one EMA update per step (edge_verl's
+    # trainer subclass ran in the job)
+    assert [saved_thresholds(out, step)["num_updates"] for step in (1, 2)] == [1, 2]
+    after_two = saved_thresholds(out, 2)
+    assert after_two["h_low"] == pytest.approx(metrics[2]["gepo/h_low"], rel=1e-6)
     evaluation = re.search(r"Async evaluation completed: (\{.*\})", log)
     assert evaluation, "no evaluation ran"
     logged = ast.literal_eval(evaluation.group(1))
@@ -303,3 +292,9 @@ def test_the_async_trainer_runs_as_a_ray_job_with_its_options_checkpoints_its_th
         attenuated = result.positive_attenuated
         torch.testing.assert_close(batch["outcome"][attenuated], 0.6 * batch["unshaped_outcome"][attenuated])
         assert metrics[step]["gepo/h_low"] == pytest.approx(batch["h_low"], rel=1e-5)
+
+    resumed = train(inputs, out, "gepo", 3, options, "--ckpt.load_enable", "--train.async_enable")
+    restored = [(int(m.group(1)), json.loads(m.group(2))) for m in RESTORED.finditer(resumed["log"])]
+    assert restored == [(2, after_two)]  # exactly the saved state, floats included
+    assert sorted(resumed["metrics"]) == [3]
+    assert saved_thresholds(out, 3)["num_updates"] == 3
