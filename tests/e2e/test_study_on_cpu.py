@@ -4,7 +4,8 @@ runs' own metrics files and exact-evaluation files (``--evaluation exact``: the 
 each run's final weights saved by verl and evaluated offline); a re-run skips the finished runs and another scale
 in the same folder is refused, both before any verl start. The GEPO run's final checkpoint makes it also the
 legacy trainer's GEPO run (metrics, thresholds saved after 2 updates). Both runs train at once on the study's one
-Ray cluster (``--jobs`` 2, the default). ~2 minutes."""
+Ray cluster (``--jobs`` 2, the default), and are a pair: at one seed the baseline and the method sample the same
+responses at step 1, before any update (each run's rollouts kept by an extra override). ~2 minutes."""
 
 import json
 import subprocess
@@ -12,15 +13,20 @@ import sys
 
 import pytest
 
+from edge_verl_lab.same_run import sampled_groups
 from edge_verl_lab.study.config import StudyConfig
 from edge_verl_lab.study.protocol import run_overrides
 from tests.e2e.test_main_ppo_on_cpu import GEPO_KEYS, assert_grader_metrics
 
 SMOKE = ["--task", "pair", "--methods", "grpo", "gepo", "--seeds", "1", "--steps", "2", "--evaluation", "exact", "--eval-samples", "2", "--trainer", "legacy"]
 
+# An extra override for every run (the study's positional overrides), resolved by verl in each run's own config:
+# each run keeps its sampled responses in its folder.
+KEEP_ROLLOUTS = "trainer.rollout_data_dir=${trainer.default_local_dir}/../rollouts"
+
 
 def _study(out, *extra):
-    command = [sys.executable, "-m", "edge_verl.cli", "study", *SMOKE, "--out", str(out), *extra]
+    command = [sys.executable, "-m", "edge_verl.cli", "study", *SMOKE, "--out", str(out), *extra, KEEP_ROLLOUTS]
     return subprocess.run(command, capture_output=True, text=True, timeout=900)
 
 
@@ -97,6 +103,17 @@ def test_the_report_matches_the_runs_metrics_files(smoke):
     assert "Baseline gate" in text and "Primary contrasts" in text and "### Protocol against EDGE-GRPO's reference" in text
     assert "### What the final models write" in text
     assert (smoke / "curves.png").stat().st_size > 10_000
+
+
+def test_the_baseline_and_the_method_at_one_seed_sample_the_same_first_step_so_they_are_paired(smoke):
+    runs = smoke / "runs"
+    config = StudyConfig.from_dict(json.loads((smoke / "report.json").read_text())["study"], out=smoke)
+    groups = sampled_groups(runs / "grpo_seed1" / "rollouts", 1)  # the legacy trainer's dump: one row per response
+    assert len(groups) == config.prompts_per_step * config.responses_per_prompt
+    assert groups == sampled_groups(runs / "gepo_seed1" / "rollouts", 1)
+    grpo, gepo = _rows(smoke, "grpo_seed1")[0], _rows(smoke, "gepo_seed1")[0]
+    for metric in ("critic/score/mean", "response_length/mean", "response_length/max"):
+        assert grpo[metric] == gepo[metric], metric
 
 
 def test_a_rerun_skips_finished_runs_and_another_scale_is_refused(smoke):
