@@ -92,7 +92,10 @@ def paired_difference(
     values: Mapping[str, float], baseline: Mapping[str, float], confidence: float = 0.95
 ) -> Optional[PairedDifference]:
     """The paired difference ``values[s] - baseline[s]`` over the seeds s in both (seed -> value each);
-    None when they share no seed. Interval: mean ± t((1 + confidence) / 2, n - 1) * std / sqrt(n)."""
+    None when they share no seed. Interval: mean ± t((1 + confidence) / 2, n - 1) * std / sqrt(n), the interval
+    of ``scipy.stats.ttest_rel``, written out because scipy's numpy sums differ from these in the last bits (in
+    about half of random cases) and the published reports must stay byte-identical (tests/test_paired_difference.py
+    holds the two to 1e-12)."""
     seeds = [seed for seed in values if seed in baseline]
     if not seeds:
         return None
@@ -143,8 +146,9 @@ def paired_columns(
 
 
 def paired_p_value(difference: PairedDifference) -> Optional[float]:
-    """Two-sided p-value of a paired difference's mean against 0 (Student t, df = n - 1); None below two
-    pairs; 0 when every pair differs by the same nonzero amount, 1 when all are 0."""
+    """Two-sided p-value of a paired difference's mean against 0 (Student t, df = n - 1; ``scipy.stats.ttest_rel``'s
+    to 1e-12, written out as ``paired_difference`` is); None below two pairs; 0 when every pair differs by the same
+    nonzero amount, 1 when all are 0."""
     if difference.n < 2 or difference.std is None:
         return None
     if difference.std == 0:

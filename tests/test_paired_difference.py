@@ -2,10 +2,12 @@
 difference over seeds with its interval, and the validation series verl logs during training."""
 
 import math
+import random
 
 import pytest
+from scipy import stats
 
-from edge_verl_lab.reporting import best_and_last, paired_difference, validation_series
+from edge_verl_lab.reporting import best_and_last, paired_difference, paired_p_value, validation_series
 
 
 def test_the_interval_uses_the_two_sided_t_quantile_of_n_minus_1_degrees_of_freedom():
@@ -26,6 +28,20 @@ def test_paired_difference_over_three_seeds_with_a_student_t_interval():
     assert (difference.mean, difference.std, difference.n) == (pytest.approx(3.0), pytest.approx(1.0), 3)
     assert difference.interval == (pytest.approx(0.515862, abs=1e-6), pytest.approx(5.484138, abs=1e-6))
     assert difference.as_dict()["interval"] == [pytest.approx(0.515862, abs=1e-6), pytest.approx(5.484138, abs=1e-6)]
+
+
+def test_the_interval_and_the_p_value_are_scipys_paired_t_test():
+    # the reference: scipy.stats.ttest_rel on the paired seeds, over random pairs of 2-8 seeds and confidences
+    draw = random.Random(70)
+    for _ in range(300):
+        seeds = [str(seed) for seed in range(draw.randint(2, 8))]
+        values, baseline = ({seed: draw.uniform(-1, 1) for seed in seeds} for _ in range(2))
+        confidence = draw.choice((0.8, 0.9, 0.95, 0.99))
+        difference = paired_difference(values, baseline, confidence)
+        reference = stats.ttest_rel([values[seed] for seed in seeds], [baseline[seed] for seed in seeds])
+        interval = reference.confidence_interval(confidence)
+        assert difference.interval == pytest.approx((interval.low, interval.high), rel=1e-12, abs=1e-15)
+        assert paired_p_value(difference) == pytest.approx(reference.pvalue, rel=1e-12, abs=1e-15)
 
 
 def test_pairing_is_by_seed_not_by_position():
