@@ -1,5 +1,6 @@
 """Pure torch: GEC (``gec.py``: its options, decisions, edits and statistics; ``gec_loss.py``: its tokens' origins
-and their treatment in the loss; ``gec_rendezvous.py``: a group's verdicts exchanged) and the tiled policy head
+and their treatment in the loss; ``gec_layout.py``: where a correction's tokens go; ``gec_rendezvous.py``: a
+group's verdicts exchanged) and the tiled policy head
 (``tiled_head.py``). The estimators (EDA, GEPO) are ``edge_verl/estimators/``.
 
 No verl, ray, hydra or omegaconf import here; randomness comes in as an argument.

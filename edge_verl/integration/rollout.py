@@ -83,10 +83,10 @@ from uuid import uuid4
 
 from edge_verl.algorithms import GEC_AGENT_LOOP
 from edge_verl.algorithms.gec import (
-    DOES_NOT_FIT, GEC_INFO_KEY, INJECT_ANSWER, NO_PLACEBO, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, GecConfig,
+    DOES_NOT_FIT, GEC_INFO_KEY, NO_PLACEBO, REGENERATE, REPLACE_SOLUTION, CorrectionRecord, GecConfig,
     PlaceboProblem, decide_correction, decision_rng, injected_answer_text, placebo_candidates, placebo_rng,
-    strip_end_tokens,
 )
+from edge_verl.algorithms.gec_layout import correction_layout, injected_text
 from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.config import PROMPT_KEY_FIELD, SAMPLE_INDEX_COLUMN, derived_seed, prompt_key, response_seed
 from edge_verl.integration.internals import CORE
@@ -489,36 +489,28 @@ class GecAgentLoop(SingleTurnAgentLoop):
     async def _apply(
         self, branch: str, output: AgentLoopOutput, sampling_params: dict, answer: str, solution: str
     ) -> Optional[_Correction]:
-        """The corrected response (see ``_Correction``), or None if it cannot fit.
+        """The corrected response (see ``_Correction``), or None if it cannot fit: ``correction_layout``'s
+        (shared with OpenRLHF's executor), a regeneration's continuation sampled after it.
 
         Everything stays within rollout.response_length. With ``first_sample_tokens`` set (and
         response_length sized for it, ``check_budget``), the sampled body is at most that long, so a
         response truncated at its cap still gets the whole continuation budget (the reference's layout).
         The body is the first sample without its trailing end tokens, or nothing with first_attempt=drop.
         """
-        limit = self.response_length
-        body = [] if self.gec.first_attempt == "drop" else strip_end_tokens(output.response_ids, self.end_ids)
-        if branch == REPLACE_SOLUTION:
-            tokens = self._encode(solution) + [self.eos_id]
-            return _Correction(tokens, 0, len(tokens)) if len(tokens) <= limit else None
-        if branch == INJECT_ANSWER:
-            suffix = self._encode(injected_answer_text(answer, self.gec.answer_template)) + [self.eos_id]
-            if len(suffix) > limit:
-                return None
-            body = body[: limit - len(suffix)]
-            return _Correction(body + suffix, len(body), len(body) + len(suffix))
-        assert branch == REGENERATE
-        phrase = self._encode(self.gec.reflection_phrase)
-        if len(phrase) + 1 > limit:
+        injected = self._encode(injected_text(branch, self.gec, answer, solution))
+        layout = correction_layout(branch, output.response_ids, injected, config=self.gec, eos_id=self.eos_id,
+                                   end_ids=self.end_ids, limit=self.response_length)
+        if layout is None:
             return None
-        body = body[: limit - len(phrase) - 1]
-        budget = min(self.gec.continuation_tokens, limit - len(body) - len(phrase))
+        if layout.continuation_budget is None:  # no continuation to sample: the layout is the response
+            return _Correction(layout.tokens, layout.injected_start, layout.injected_end)
+        budget = layout.continuation_budget
         params = {**sampling_params, "max_tokens": budget, "logprobs": False}
         seed = continuation_seed(sampling_params, CONTINUATION_SALT)
         if seed is not None:  # a stream of its own: the first sample's seed would replay its draws
             params["seed"] = seed
         continued = await self.server_manager.generate(
-            request_id=uuid4().hex, prompt_ids=list(output.prompt_ids) + body + phrase, sampling_params=params
+            request_id=uuid4().hex, prompt_ids=list(output.prompt_ids) + layout.tokens, sampling_params=params
         )
         continuation = list(continued.token_ids)[:budget]
-        return _Correction(body + phrase + continuation, len(body), len(body) + len(phrase), len(continuation), budget)
+        return _Correction(layout.tokens + continuation, layout.injected_start, layout.injected_end, len(continuation), budget)

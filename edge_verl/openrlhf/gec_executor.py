@@ -42,9 +42,9 @@ from typing import Any, Optional
 from openrlhf.utils.agent import AgentExecutorBase, SingleTurnAgentExecutor
 
 from edge_verl.algorithms.gec import (
-    BRANCHES, INJECT_ANSWER, REGENERATE, REPLACE_SOLUTION, decide_correction, decision_rng, injected_answer_text,
-    strip_end_tokens,
+    BRANCHES, decide_correction, decision_rng,
 )
+from edge_verl.algorithms.gec_layout import correction_layout, injected_text
 from edge_verl.algorithms.gec_rendezvous import GroupRendezvous
 from edge_verl.openrlhf.options import OpenRlhfGec, run_options
 from edge_verl.openrlhf.reward_func import grade_response, health_logs, label_parts
@@ -168,28 +168,20 @@ class AgentExecutor(AgentExecutorBase):
         self, branch: str, prompt_ids: list[int], sampled: list[int], answer: str, solution: str,
         sampling_params: Any, limit: int, hf_tokenizer: Any, llm_engine: Any,
     ) -> Optional[CorrectedTokens]:
-        """The drawn correction on tokens, within ``limit`` response tokens; None when it cannot fit."""
-        encode = lambda text: list(hf_tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        """The drawn correction on tokens, within ``limit`` response tokens; None when it cannot fit:
+        ``correction_layout``'s (shared with verl's agent loop), a regeneration's continuation sampled after it."""
+        injected = list(hf_tokenizer.encode(injected_text(branch, self.gec, answer, solution), add_special_tokens=False))
         eos = int(hf_tokenizer.eos_token_id)
         end_ids = {eos, *map(int, getattr(hf_tokenizer, "all_special_ids", ()) or ())}
-        body = [] if self.gec.first_attempt == "drop" else strip_end_tokens(sampled, end_ids)
-        if branch == REPLACE_SOLUTION:
-            tokens = encode(solution) + [eos]
-            return CorrectedTokens(tokens, 0, len(tokens)) if len(tokens) <= limit else None
-        if branch == INJECT_ANSWER:
-            suffix = encode(injected_answer_text(answer, self.gec.answer_template)) + [eos]
-            if len(suffix) > limit:
-                return None
-            body = body[: limit - len(suffix)]
-            return CorrectedTokens(body + suffix, len(body), len(body) + len(suffix))
-        assert branch == REGENERATE
-        phrase = encode(self.gec.reflection_phrase)
-        if len(phrase) + 1 > limit:
+        layout = correction_layout(branch, sampled, injected, config=self.gec, eos_id=eos, end_ids=end_ids, limit=limit)
+        if layout is None:
             return None
-        body = body[: limit - len(phrase) - 1]
+        if layout.continuation_budget is None:  # no continuation to sample: the layout is the response
+            return CorrectedTokens(layout.tokens, layout.injected_start, layout.injected_end)
         params = deepcopy(sampling_params)
-        params.max_tokens = min(self.gec.continuation_tokens, limit - len(body) - len(phrase))
-        reply = await llm_engine.generate(prompt_ids + body + phrase, params)
+        params.max_tokens = layout.continuation_budget
+        reply = await llm_engine.generate(prompt_ids + layout.tokens, params)
         continuation = list(reply.outputs[0].token_ids)[: params.max_tokens]
         truncated = reply.outputs[0].finish_reason == "length"
-        return CorrectedTokens(body + phrase + continuation, len(body), len(body) + len(phrase), truncated, len(continuation))
+        return CorrectedTokens(layout.tokens + continuation, layout.injected_start, layout.injected_end, truncated,
+                               len(continuation))
