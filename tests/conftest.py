@@ -8,14 +8,15 @@ Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below
 single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl for ~7-10 s): alone it keeps about
 one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
 alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
-each run 3x slower). So at most two heavy units run at once, one per worker: the e2e files, one at a time, longest
-first (``E2E_SECONDS``), and the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which
-shares nothing with the local clusters but the CPU), which the last worker takes first. The fast tiers fill in at the
-end, at a lower priority (``BESIDE_NICENESS``), on a worker with no heavy unit left while the other finishes its
-own, so that neither waits idle. The tests that grade against a deadline (``DEADLINE``: the doctor's self-check,
-tests/reward/, OpenRLHF's reward hook) are one unit, taken once no heavy unit is left anywhere (or nothing else is
-left), and its first test waits for any e2e test still running beside it (``wait_for_e2e_beside``): beside it run
-only niced fast tests. ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
+time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``) but
+a reserve of them (``RESERVE``), then the two-node tests (``MULTINODE``: a cluster of network namespaces of their
+own, which shares nothing with the local clusters but the CPU), then takes e2e files from the same queue
+(OpenRLHF's never beside the two-node unit, ``APART_FROM_MULTINODE``). The
+tests that grade against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook)
+are one unit, taken once no heavy unit is left anywhere (its first test waits for any e2e test still running
+beside it, ``wait_for_e2e_beside``); the reserve fills a worker's time until then and runs beside it, niced.
+``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -37,6 +38,14 @@ DEADLINE = (
     TESTS / "openrlhf",
     TESTS / "reward",
 )
+# Fast tests kept for the end (the verl tier but the DEADLINE tests): a worker whose e2e files are done runs them while
+# the other finishes its last one, then the DEADLINE unit runs beside what is left of them. (CI measured the other
+# ways: a worker idle 126 s, then the other idle through the 210 s DEADLINE unit, with every fast test first; two e2e
+# files at a time from the start, the fast tiers last, made each e2e run up to 3.7x slower beside another.)
+RESERVE = (TESTS / "integration",)
+# e2e files never run beside the two-node unit: OpenRLHF's starts a Ray head with a dashboard, which did not come up
+# in 2 x 180 s beside the two-node unit's pair of runs (CI, 2026-12-07).
+APART_FROM_MULTINODE = ("test_openrlhf_train_ppo_ray_on_cpu.py",)
 # The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
@@ -108,11 +117,12 @@ def pytest_collection_modifyitems(items):
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
 # two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
 # unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
-# is told to stop), and the unit it gets is chosen for it: a heavy unit while one is left (the last worker takes the
-# two-node unit first, the first the longest e2e file); then the DEADLINE unit if no other worker has heavy tests
-# left to run, else a fast test (the filler); the DEADLINE unit when nothing else is left. xdist's own grouping
-# (``--dist loadgroup``) renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this
-# scheduler's. tryfirst: xdist's session answers this hook too, and the first answer is the one used.
+# is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
+# tiers' home) fast tests first (but the RESERVE), then the two-node tests, then e2e files; with no heavy unit left,
+# the DEADLINE unit once no other worker has heavy tests left to run, else a RESERVE test (the filler); the
+# DEADLINE unit when nothing else is left. xdist's own grouping (``--dist loadgroup``) renames node ids, which pytest
+# 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this hook
+# too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
@@ -122,6 +132,7 @@ def pytest_xdist_make_scheduler(config, log):
     deadline = prefixes(config.rootpath, DEADLINE)
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
+    reserve = prefixes(config.rootpath, RESERVE)
 
     def heavy(scope: str) -> bool:
         return scope == "multinode" or scope.startswith("e2e:")
@@ -136,19 +147,26 @@ def pytest_xdist_make_scheduler(config, log):
                 return "e2e:" + nodeid.split("::")[0]
             return nodeid
 
-        def _heavy_left_beside(self, node) -> bool:
-            return any(heavy(scope) and not all(unit.values())
+        def _left_beside(self, node, wanted) -> bool:
+            """Whether another worker has tests of a scope ``wanted`` accepts still to run."""
+            return any(wanted(scope) and not all(unit.values())
                        for other, units in self.assigned_work.items() if other is not node for scope, unit in units.items())
 
         def _next_scope(self, node) -> str:
-            longest = max((scope for scope in self.workqueue if scope.startswith("e2e:")),
-                          key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
-            fast = next((scope for scope in self.workqueue if scope != "deadline" and not heavy(scope)), None)
-            last_worker = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
-            preferred = ("multinode", longest) if last_worker else (longest, "multinode")
-            if not self._heavy_left_beside(node):
+            queue = self.workqueue
+            multinode_left = "multinode" in queue or self._left_beside(node, lambda scope: scope == "multinode")
+            files = [scope for scope in queue if scope.startswith("e2e:")]
+            eligible = [scope for scope in files if not (multinode_left and Path(scope).name in APART_FROM_MULTINODE)]
+            longest, apart = (max(scopes, key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
+                              for scopes in (eligible, files))
+            light = [scope for scope in queue if scope != "deadline" and not heavy(scope)]
+            fast = next((scope for scope in light if not scope.startswith(reserve)), None)
+            filler = next((scope for scope in light if scope.startswith(reserve)), None)
+            fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
+            preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
+            if not any(heavy(scope) for scope in queue) and not self._left_beside(node, heavy):
                 preferred += ("deadline",)
-            return next((scope for scope in (*preferred, fast) if scope in self.workqueue), "deadline")
+            return next(scope for scope in (*preferred, filler, apart, "deadline") if scope in queue)
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
