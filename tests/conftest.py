@@ -9,14 +9,11 @@ single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl 
 one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
 alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
 each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
-time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``) but
-a reserve of them (``RESERVE``), then the two-node tests (``MULTINODE``: a cluster of network namespaces of their
-own, which shares nothing with the local clusters but the CPU), then takes e2e files from the same queue
-(OpenRLHF's never beside the two-node unit, ``APART_FROM_MULTINODE``). The
-tests that grade against a deadline (``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook)
-are one unit, taken once no heavy unit is left anywhere (its first test waits for any e2e test still running
-beside it, ``wait_for_e2e_beside``); the reserve fills a worker's time until then and runs beside it, niced.
-``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
+the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
+clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
+(``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, once no e2e test runs beside
+them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -38,22 +35,14 @@ DEADLINE = (
     TESTS / "openrlhf",
     TESTS / "reward",
 )
-# Fast tests kept for the end (the verl tier but the DEADLINE tests): a worker whose e2e files are done runs them while
-# the other finishes its last one, then the DEADLINE unit runs beside what is left of them. (CI measured the other
-# ways: a worker idle 126 s, then the other idle through the 210 s DEADLINE unit, with every fast test first; two e2e
-# files at a time from the start, the fast tiers last, made each e2e run up to 3.7x slower beside another.)
-RESERVE = (TESTS / "integration",)
-# e2e files never run beside the two-node unit: OpenRLHF's starts a Ray head with a dashboard, which did not come up
-# in 2 x 180 s beside the two-node unit's pair of runs (CI, 2026-12-07).
-APART_FROM_MULTINODE = ("test_openrlhf_train_ppo_ray_on_cpu.py",)
 # The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
 )
 # The e2e files' durations alone here (seconds, rounded; from CI runs, the OpenRLHF file's estimated after it lost
-# three runs), the order the scheduler hands them out in: longest first, so that the last ones are short. A file
-# missing here goes last; a wrong figure costs time, never a result.
+# three runs), the order the scheduler hands them out in: longest first, so that the two workers end together. A file missing here goes last; a wrong figure costs
+# time, never a result.
 E2E_SECONDS = {
     "test_openrlhf_train_ppo_ray_on_cpu.py": 400,
     "test_demo_command_on_cpu.py": 330,
@@ -118,11 +107,10 @@ def pytest_collection_modifyitems(items):
 # two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
 # unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
 # is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
-# tiers' home) fast tests first (but the RESERVE), then the two-node tests, then e2e files; with no heavy unit left,
-# the DEADLINE unit once no other worker has heavy tests left to run, else a RESERVE test (the filler); the
-# DEADLINE unit when nothing else is left. xdist's own grouping (``--dist loadgroup``) renames node ids, which pytest
-# 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this hook
-# too, and the first answer is the one used.
+# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE unit comes last, and its tests
+# wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
+# pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
+# hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
@@ -132,10 +120,6 @@ def pytest_xdist_make_scheduler(config, log):
     deadline = prefixes(config.rootpath, DEADLINE)
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
-    reserve = prefixes(config.rootpath, RESERVE)
-
-    def heavy(scope: str) -> bool:
-        return scope == "multinode" or scope.startswith("e2e:")
 
     class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -147,26 +131,14 @@ def pytest_xdist_make_scheduler(config, log):
                 return "e2e:" + nodeid.split("::")[0]
             return nodeid
 
-        def _left_beside(self, node, wanted) -> bool:
-            """Whether another worker has tests of a scope ``wanted`` accepts still to run."""
-            return any(wanted(scope) and not all(unit.values())
-                       for other, units in self.assigned_work.items() if other is not node for scope, unit in units.items())
-
         def _next_scope(self, node) -> str:
-            queue = self.workqueue
-            multinode_left = "multinode" in queue or self._left_beside(node, lambda scope: scope == "multinode")
-            files = [scope for scope in queue if scope.startswith("e2e:")]
-            eligible = [scope for scope in files if not (multinode_left and Path(scope).name in APART_FROM_MULTINODE)]
-            longest, apart = (max(scopes, key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
-                              for scopes in (eligible, files))
-            light = [scope for scope in queue if scope != "deadline" and not heavy(scope)]
-            fast = next((scope for scope in light if not scope.startswith(reserve)), None)
-            filler = next((scope for scope in light if scope.startswith(reserve)), None)
+            longest = max((scope for scope in self.workqueue if scope.startswith("e2e:")),
+                          key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
+            fast = next((scope for scope in self.workqueue
+                         if scope not in ("multinode", "deadline") and not scope.startswith("e2e:")), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
             preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
-            if not any(heavy(scope) for scope in queue) and not self._left_beside(node, heavy):
-                preferred += ("deadline",)
-            return next(scope for scope in (*preferred, filler, apart, "deadline") if scope in queue)
+            return next((scope for scope in preferred if scope in self.workqueue), "deadline")
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
@@ -210,7 +182,7 @@ def e2e_ended_beside():
 @pytest.fixture(autouse=True)
 def wait_for_e2e_beside(request, e2e_ended_beside):
     """The first DEADLINE test of a worker starts once no other worker runs an e2e test (seen so twice, 2 s apart):
-    the scheduler hands the DEADLINE unit out after every heavy unit, so no e2e file starts after it."""
+    the DEADLINE unit is the scheduler's last, so no e2e file starts after it."""
     if e2e_ended_beside or os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(
             prefixes(request.config.rootpath, DEADLINE)):
         return
