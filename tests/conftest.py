@@ -41,8 +41,8 @@ MULTINODE = (
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
 )
 # The e2e files' durations alone here (seconds, rounded; from CI runs, the OpenRLHF file's estimated after it lost
-# three runs), the order the scheduler hands them out in: longest first, so that the two workers end together. A file missing here goes last; a wrong figure costs
-# time, never a result.
+# three runs), the order the scheduler hands them out in: longest first, so that the two workers end together. A
+# file missing here goes last; a wrong figure costs time, never a result.
 E2E_SECONDS = {
     "test_openrlhf_train_ppo_ray_on_cpu.py": 400,
     "test_demo_command_on_cpu.py": 330,

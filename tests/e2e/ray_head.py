@@ -47,7 +47,7 @@ def own_ray_head(ray: str, env: dict[str, str], *options: str, timeout_s: float 
     Ray folder of its own (a second try in a fresh one if the first does not come up); yields ``{"address": GCS
     host:port, "dashboard": http URL}``. On exit: ``_stop``."""
     # Ray gives its dashboard 60 s to come up, which a loaded 2-core machine can exceed (seen once in CI); beside a pair
-    # of runs 180 s were not enough either (twice in CI: tests/conftest.py's APART keeps it beside light tests now)
+    # of runs 180 s were not enough either (twice in CI; the OpenRLHF file runs first, beside the niced fast tiers)
     env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout_s)), **env}
     for attempt in (1, 2):
         folder = tempfile.mkdtemp(prefix="rayhead_", dir="/tmp")  # short: Ray's socket paths live under it
