@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from edge_verl.estimators import builtin_names, names
-from edge_verl.estimators.base import ESTIMATORS, Estimator, register_estimator
+from edge_verl.estimators.base import ESTIMATORS, Estimator, declared_metrics, register_estimator
 
 TOY_MODULE = "tests.e2e.toy_estimator"
 TOY = "toy_sign"
@@ -185,6 +185,36 @@ def test_the_methods_a_recipe_and_the_demo_find_it(toy, tmp_path):
     assert build_overrides(DemoConfig(algorithm=TOY, out=tmp_path, seed=3), paths)[: len(overrides)] == overrides
 
 
+def test_the_demo_and_the_study_report_show_the_metrics_it_declares(toy):
+    from edge_verl_lab.demo.run import plot_panels, summarise
+    from edge_verl_lab.study.report import _mechanism_lines, mechanism_summary
+
+    calls, old = f"edge_verl/{TOY}/calls", f"edge_verl/{TOY}/old_logprob_mean"
+    rows = [{"step": step, "critic/score/mean": 0.5, calls: float(step), old: -1.0 - step} for step in (1, 2, 3)]
+    panels = dict(plot_panels(rows))
+    assert panels["method statistics"] == [calls] and panels["policy entropy"] == [old]
+    assert "toy calls" in summarise(rows)
+    # the study's mechanism table: calls 1, 2, 3 in each of two seeds -> step 1: 1, last step: 3, all steps: 2
+    runs = {f"{TOY}_seed{seed}": {"method": TOY, "seed": seed} for seed in (1, 2)}
+    found = mechanism_summary(SimpleNamespace(methods=(TOY,), steps=3), runs, {name: rows for name in runs})
+    assert found == {TOY: {calls: {"first": 1.0, "last": 3.0, "mean": 2.0}}}
+    assert f"| {TOY} | toy: calls so far | 1.000 | 3.000 | 2.000 |" in _mechanism_lines({"mechanisms": found})
+
+
+def test_a_metric_is_declared_once_with_a_known_panel(toy):
+    from edge_verl.estimators.base import Metric
+
+    with pytest.raises(ValueError, match="panel='elsewhere'; allowed: entropy, statistics"):
+        Metric("calls", panel="elsewhere")
+    with pytest.raises(ValueError, match="no leading or trailing"):
+        Metric("/calls")
+    twice = (Metric("calls"), Metric("calls", label="again"))
+    with pytest.raises(ValueError, match="each key once"):
+        Estimator(name=TOY, description="", config=toy.ToyConfig, compute=toy.toy_sign, metrics=twice)
+    # the same key from the estimator and from the actor loss are two metrics
+    assert toy.TOY.logged(Metric("calls")) == f"edge_verl/{TOY}/calls" and toy.TOY.logged(Metric("calls", actor=True)) == f"actor/{TOY}/calls"
+
+
 def test_without_it_no_consumer_knows_it():
     from edge_verl.methods import method_names
     from edge_verl.options_page import option_sections
@@ -192,3 +222,4 @@ def test_without_it_no_consumer_knows_it():
 
     assert TOY not in names() and TOY not in ESTIMATORS and TOY not in option_sections()
     assert TOY not in method_names() and TOY not in ALGORITHMS
+    assert not any(key.startswith(f"edge_verl/{TOY}/") for key, _ in declared_metrics())

@@ -6,7 +6,8 @@ receives and what it gives back (pure torch, no verl import). The group arithmet
 options class (an ``EstimatorOptions``: the inputs it reads, its epsilon, the option that moves work into the actor
 loss), ONE function from a ``GroupBatch`` to an ``EstimatorOutput`` (advantages, metrics, loss columns,
 per-response values), its loss factor (``LossScale``) if any, its training state (created from its options, saved
-with every checkpoint under ``state_key``) and the fewest prompt groups a step must hold. The module registers the
+with every checkpoint under ``state_key``), the fewest prompt groups a step must hold and the metrics the lab shows
+(``Metric``). The module registers the
 declaration (``register_estimator``) and is named by its registry key: the modules of ``edge_verl/estimators/``
 (``edge_eda.py``, ``gepo.py``; ``edge_verl.estimators.names()`` lists them without importing them), or a module
 outside the package named in ``EDGE_VERL_FEATURE_MODULES`` (``tests/e2e/toy_estimator.py``). Every consumer
@@ -172,6 +173,31 @@ def entropy_gradient_share(grad_log_prob: Optional[torch.Tensor], grad_entropy: 
 
 
 
+# The demo plot's panels a declared metric may name (edge_verl_lab/demo/run.py: plot_metrics).
+METRIC_PANELS = ("entropy", "statistics")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric an estimator logs, declared with how the lab shows it. ``key``: its key as the estimator's
+    ``compute`` returns it (logged as ``edge_verl/<estimator>/<key>``), or as the actor loss reports it
+    (``actor=True``: ``actor/<estimator>/<key>``); ``label``: its row in the study report's table of each
+    method's mechanism (empty: not there); ``short``: its column in the demo's printed summary (empty: not
+    there); ``panel``: its panel of the demo's plot, one of ``METRIC_PANELS`` (empty: not plotted)."""
+
+    key: str
+    label: str = ""
+    short: str = ""
+    panel: str = ""
+    actor: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.key or self.key.startswith("/") or self.key.endswith("/"):
+            raise ValueError(f"a metric's key is its estimator's own key (no leading or trailing '/'), not {self.key!r}")
+        if self.panel and self.panel not in METRIC_PANELS:
+            raise ValueError(f"metric {self.key}: panel={self.panel!r}; allowed: {', '.join(METRIC_PANELS)} or '' (not plotted)")
+
+
 @dataclass(frozen=True)
 class Estimator:
     """One advantage estimator's declaration (see the module docstring). ``config``: its options class (an
@@ -183,7 +209,9 @@ class Estimator:
     groups a step must hold for the method to be itself (None: one), a run with fewer refused before it starts;
     ``source_statistics(per_response, rows, group_index, num_groups)``: its statistics of one data source's responses
     (``rows``, (B,) bool) from the ``per_response`` values its ``compute`` returned, {stat: value}, logged under
-    ``edge_verl/by_source/<source>/`` with ``edge_metrics.per_source`` (None: it adds none)."""
+    ``edge_verl/by_source/<source>/`` with ``edge_metrics.per_source`` (None: it adds none); ``metrics``: the
+    metrics the lab shows (``Metric``: the demo's summary and plot, the study report's mechanism table), which
+    read them from here and name no estimator's keys."""
 
     name: str
     description: str
@@ -195,6 +223,7 @@ class Estimator:
     loss: Optional[LossScale] = None
     min_groups: Optional[MinGroups] = None
     source_statistics: Optional[Callable[[Mapping[str, torch.Tensor], torch.Tensor, torch.Tensor, int], dict[str, float]]] = None
+    metrics: tuple[Metric, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -205,6 +234,13 @@ class Estimator:
             raise ValueError(f"estimator {self.name}: its options' section is its name (section = {self.name!r}), not {self.config.section!r}")
         if self.state is not None and not self.state_key:
             raise ValueError(f"estimator {self.name}: training state needs a state_key (its key in the checkpoint)")
+        keys = [self.logged(metric) for metric in self.metrics]
+        if len(set(keys)) != len(keys) or not all(isinstance(metric, Metric) for metric in self.metrics):
+            raise ValueError(f"estimator {self.name}: metrics must be Metric declarations, each key once; got {keys}")
+
+    def logged(self, metric: Metric) -> str:
+        """The key under which ``metric`` reaches the run's logger."""
+        return f"{'actor' if metric.actor else 'edge_verl'}/{self.name}/{metric.key}"
 
     def check_groups(self, groups: int, key: str) -> None:
         """Refuse a step of ``groups`` prompt groups (the trainer's option ``key``) below ``min_groups``."""
@@ -307,6 +343,12 @@ class Registry(MappingABC):
 
 
 ESTIMATORS = Registry()
+
+
+def declared_metrics() -> list[tuple[str, Metric]]:
+    """(the key it is logged under, its declaration) for every metric every estimator declares, in the registry's
+    order: what the lab's demo and study report show of an estimator."""
+    return [(entry.logged(metric), metric) for entry in ESTIMATORS.values() for metric in entry.metrics]
 
 
 def register_estimator(entry: Estimator) -> Estimator:

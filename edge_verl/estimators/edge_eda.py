@@ -42,7 +42,7 @@ from pydantic import field_validator
 
 from edge_verl.config import _check_finite, option
 from edge_verl.estimators.base import (
-    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, register_estimator,
+    GRADIENT_SHARE_METRIC, Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, LossScale, Metric, register_estimator,
 )
 from edge_verl.estimators.groups import group_sum, grpo_outcome, masked_response_mean, masked_row_sum_and_count
 from edge_verl.estimators.statistics import advantage_variance_metrics, masked_extreme, masked_mean, on_host
@@ -309,5 +309,15 @@ EDA = register_estimator(
         compute=compute,
         # the gradient form: the actor loss rescales the advantages with the current entropy
         loss=LossScale((EDA_GROUP_ENTROPY_COLUMN, EDA_RATIO_COLUMN), EDA_OPTIONS_KEY, loss_factor),
+        metrics=(
+            Metric("response_entropy_mean", panel="entropy"),
+            Metric("entropy_ratio_min", panel="statistics"),
+            Metric("entropy_ratio_max", panel="statistics"),
+            Metric("entropy_ratio_p1", label="EDA entropy ratio p1"),
+            Metric("entropy_ratio_p99", label="EDA entropy ratio p99"),
+            # the actor loss's, in the gradient form (integration/actor_loss.py)
+            Metric(GRADIENT_SHARE_METRIC, label="EDA entropy term's share of the gradient", short="EDA H share",
+                   panel="statistics", actor=True),
+        ),
     )
 )

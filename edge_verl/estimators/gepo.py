@@ -25,7 +25,7 @@ from pydantic import model_validator
 
 from edge_verl.config import option
 from edge_verl.estimators.base import (
-    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, MinGroups, register_estimator,
+    Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, Metric, MinGroups, register_estimator,
 )
 from edge_verl.estimators.groups import group_sum, grpo_outcome, masked_row_sum_and_count
 from edge_verl.estimators.statistics import advantage_variance_metrics, masked_mean, masked_variance, on_host
@@ -408,5 +408,12 @@ GEPO = register_estimator(
         state_label="GEPO thresholds",
         min_groups=MIN_GROUPS,
         source_statistics=source_statistics,
+        metrics=(
+            Metric("group_entropy_mean", short="GEPO H group", panel="entropy"),
+            Metric("h_low", label="GEPO h_low", short="GEPO h_low", panel="statistics"),
+            Metric("h_high", label="GEPO h_high", short="GEPO h_high", panel="statistics"),
+            Metric("pos_attenuated_frac", label="GEPO positive advantages attenuated", short="GEPO pos att", panel="statistics"),
+            Metric("neg_attenuated_frac", label="GEPO negative advantages attenuated", short="GEPO neg att", panel="statistics"),
+        ),
     )
 )

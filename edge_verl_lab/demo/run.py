@@ -22,6 +22,7 @@ from edge_verl.integration.cpu.overrides import (
     cpu_threads, pin_numeric_path,
 )
 from edge_verl.estimators import names as estimator_names
+from edge_verl.estimators.base import declared_metrics
 from edge_verl.methods import EDA_FORMS, METHODS, get_method, method_overrides
 
 
@@ -52,23 +53,31 @@ def __getattr__(name: str):
     if name in _LIVE:
         return _LIVE[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 TRAINERS = ("v1", "legacy")
 # verl 0.9.1's actor.loss_agg_mode values (verl.trainer.ppo.core_algos.agg_loss).
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-SUMMARY_KEYS = (
+# The summary's columns before the estimators' own (each estimator's metrics declared with a ``short`` label).
+BASE_SUMMARY_KEYS = (
     ("critic/score/mean", "reward"),
     ("edge_verl/gec/sampled/score_mean", "reward sampled"),
     ("response_length/mean", "resp len"),
     ("critic/advantages/max", "adv max"),
     ("critic/advantages/min", "adv min"),
     ("actor/entropy", "entropy"),
-    ("actor/edge_eda/entropy_grad_share", "EDA H share"),
-    ("edge_verl/gepo/group_entropy_mean", "GEPO H group"),
-    ("edge_verl/gepo/h_low", "GEPO h_low"),
-    ("edge_verl/gepo/h_high", "GEPO h_high"),
-    ("edge_verl/gepo/pos_attenuated_frac", "GEPO pos att"),
-    ("edge_verl/gepo/neg_attenuated_frac", "GEPO neg att"),
 )
+
+
+def summary_keys() -> tuple[tuple[str, str], ...]:
+    """(metric, label) of the printed summary: ``BASE_SUMMARY_KEYS``, then every estimator's declared metrics that
+    have a ``short`` label, in the registry's order."""
+    return BASE_SUMMARY_KEYS + tuple((key, metric.short) for key, metric in declared_metrics() if metric.short)
+
+
+def panel_metrics(panel: str) -> tuple[str, ...]:
+    """The estimators' declared metrics on the plot's ``panel`` (``edge_verl.estimators.base.METRIC_PANELS``)."""
+    return tuple(key for key, metric in declared_metrics() if metric.panel == panel)
 
 
 # vLLM's CPU attention supports head sizes 32, 64, 80 and up: the vLLM demo's model has 2 heads of 32
@@ -528,20 +537,18 @@ def keep_logged_rows(out: Path) -> list[dict]:
     return collect_metrics(out / "verl_metrics.jsonl", out / "metrics.jsonl", keep_previous=True)
 
 
-def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot_panels(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    """The plot's six panels, (title, the metrics it draws): each panel's metrics that ``rows`` log, the estimators'
+    as they declare them (``panel_metrics``)."""
 
     def present(*keys: str) -> list[str]:
         return [key for key in keys if any(key in row for row in rows)]
 
-    panels = [
+    return [
         ("reward", present("critic/score/mean")),
         ("response length", present("response_length/mean")),
         ("advantage", present("critic/advantages/max", "critic/advantages/min", "critic/advantages/mean")),
-        ("policy entropy", present("actor/entropy", "edge_verl/edge_eda/response_entropy_mean", "edge_verl/gepo/group_entropy_mean")),
+        ("policy entropy", present("actor/entropy", *panel_metrics("entropy"))),
         (
             "advantage variance before/after shaping, tied groups",
             present(
@@ -553,18 +560,18 @@ def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
         ),
         (
             "method statistics",
-            present(
-                "edge_verl/gepo/h_low",
-                "edge_verl/gepo/h_high",
-                "edge_verl/gepo/pos_attenuated_frac",
-                "edge_verl/gepo/neg_attenuated_frac",
-                "edge_verl/edge_eda/entropy_ratio_min",
-                "edge_verl/edge_eda/entropy_ratio_max",
-                "edge_verl/gec/injected_token_frac",
-                "actor/edge_eda/entropy_grad_share",
-            ),
+            present(*panel_metrics("statistics"), "edge_verl/gec/injected_token_frac"),
         ),
     ]
+
+
+def plot_metrics(rows: list[dict], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = plot_panels(rows)
     figure, axes = plt.subplots(2, 3, figsize=(15, 7))
     rows = trained_steps(rows)
     steps = [row["step"] for row in rows]
@@ -594,7 +601,7 @@ def summarise(rows: list[dict], window: int = 5) -> str:
         return sum(values) / len(values) if values else float("nan")
 
     lines = [f"{'metric':<14}{'first ' + str(window):>12}{'last ' + str(window):>12}"]
-    for key, label in SUMMARY_KEYS:
+    for key, label in summary_keys():
         if any(key in row for row in rows):  # e.g. EDA's entropy-term share only in EDA's gradient form
             lines.append(f"{label:<14}{mean(head, key):>12.4f}{mean(tail, key):>12.4f}")
     return "\n".join(lines)

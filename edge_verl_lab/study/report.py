@@ -31,6 +31,7 @@ from edge_verl_lab.demo import task as tasks
 from edge_verl_lab.demo.run import trained_steps
 from edge_verl_lab.experiment import source_commit
 from edge_verl.estimators import names as estimator_names
+from edge_verl.estimators.base import declared_metrics
 from edge_verl.methods import get_method
 from edge_verl_lab.reporting import VALIDATION_KEY, columns_over_seeds, difference_text, load_metrics, markdown_table, paired_columns, plot
 from edge_verl_lab.study.config import (
@@ -414,17 +415,11 @@ def sampling_se(per_problem: Sequence[float]) -> Optional[float]:
 
 
 # Did each method's own mechanism move within the study's steps? Per method, the metrics that show it, where
-# its runs log them: GEPO's thresholds and the shares of advantages it attenuated; EDA's entropy ratios (how far
-# it rescales) and, in its gradient form, the entropy term's share of the loss gradient; GEC's corrections, and
-# the policy's probability of the tokens it injected (does the policy come to write them?).
-MECHANISM_METRICS = {
-    "edge_verl/gepo/h_low": "GEPO h_low",
-    "edge_verl/gepo/h_high": "GEPO h_high",
-    "edge_verl/gepo/pos_attenuated_frac": "GEPO positive advantages attenuated",
-    "edge_verl/gepo/neg_attenuated_frac": "GEPO negative advantages attenuated",
-    "edge_verl/edge_eda/entropy_ratio_p1": "EDA entropy ratio p1",
-    "edge_verl/edge_eda/entropy_ratio_p99": "EDA entropy ratio p99",
-    "actor/edge_eda/entropy_grad_share": "EDA entropy term's share of the gradient",
+# its runs log them: each estimator's own, as it declares them (a ``Metric`` with a ``label``: GEPO's thresholds
+# and the shares of advantages it attenuated; EDA's entropy ratios, how far it rescales, and, in its gradient
+# form, the entropy term's share of the loss gradient), then GEC's corrections and the policy's probability of
+# the tokens it injected (does the policy come to write them?).
+GEC_MECHANISM_METRICS = {
     "edge_verl/gec/corrected": "GEC responses corrected (a step's count)",
     "edge_verl/gec/regenerate_became_correct": "GEC regenerations that became correct (a step's count)",
     "edge_verl/gec/old_prob_injected_mean": "policy's mean probability of the injected tokens",
@@ -432,13 +427,18 @@ MECHANISM_METRICS = {
 }
 
 
+def mechanism_metrics() -> dict[str, str]:
+    """metric -> its label in the table: every estimator's declared metrics with a label, then GEC's."""
+    return {**{key: metric.label for key, metric in declared_metrics() if metric.label}, **GEC_MECHANISM_METRICS}
+
+
 def mechanism_summary(config: StudyConfig, runs: dict, records: dict[str, list[dict]]) -> dict:
     """method -> metric -> {first, last, mean}: over the method's seeds, the mean of the metric at step 1, at
-    the last step and over all steps (``MECHANISM_METRICS`` its runs log at every step)."""
+    the last step and over all steps (``mechanism_metrics()`` its runs log at every step)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
     for method in config.methods:
         names = [name for name in runs if runs[name]["method"] == method]
-        for metric in MECHANISM_METRICS:
+        for metric in mechanism_metrics():
             series = [[float(row[metric]) for row in trained_steps(records[name]) if row.get(metric) is not None] for name in names]
             if not names or any(len(one) != config.steps for one in series):
                 continue
@@ -451,7 +451,8 @@ def mechanism_summary(config: StudyConfig, runs: dict, records: dict[str, list[d
 def _mechanism_lines(report: dict) -> list[str]:
     """The table of ``mechanism_summary``."""
     found = report.get("mechanisms") or {}
-    rows = [[method, MECHANISM_METRICS[metric], f"{values['first']:.3f}", f"{values['last']:.3f}", f"{values['mean']:.3f}"]
+    labels = mechanism_metrics()
+    rows = [[method, labels[metric], f"{values['first']:.3f}", f"{values['last']:.3f}", f"{values['mean']:.3f}"]
             for method, metrics in found.items() for metric, values in metrics.items()]
     return _table_section(
         "### Did each method's mechanism move?",

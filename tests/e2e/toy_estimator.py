@@ -5,7 +5,8 @@ registry. Nothing else of the plugin knows it.
 
 ``toy_sign``: each response's advantage is the sign of its reward minus its group's mean, spread over its
 response tokens; it reads the old log-probs (to exercise the inputs), keeps a call counter as training state
-(saved with every checkpoint) and reports the counter and the mean old log-prob.
+(saved with every checkpoint) and reports the counter and the mean old log-prob, both declared (``metrics``): the
+lab's demo summary and plot and the study report show them.
 """
 
 from typing import ClassVar
@@ -13,7 +14,7 @@ from typing import ClassVar
 import torch
 
 from edge_verl.config import option
-from edge_verl.estimators.base import Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, register_estimator
+from edge_verl.estimators.base import Estimator, EstimatorOptions, EstimatorOutput, GroupBatch, Metric, register_estimator
 
 NAME = "toy_sign"
 
@@ -59,5 +60,9 @@ TOY = register_estimator(
         compute=toy_sign,
         state=lambda options: Calls(),
         state_key="toy_calls",
+        metrics=(
+            Metric("calls", label="toy: calls so far", short="toy calls", panel="statistics"),
+            Metric("old_logprob_mean", panel="entropy"),
+        ),
     )
 )
