@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from edge_verl.data import PAPER_EVAL
+from edge_verl.estimators.base import ESTIMATORS
 from edge_verl.methods import Method, get_method
 
 BENCHMARK_COLUMNS = ("Avg", *PAPER_EVAL)
@@ -101,12 +102,9 @@ class Row:
         return self.definition.train_file(Path(data_dir) / f"train_{self.train_set}.parquet")
 
 
-# GEPO's coefficients and the paper's values (GEPO.md "Defaults"; GepoConfig's defaults, a test holds them
-# equal). The sweep varies one at a time around these.
-GEPO_PAPER = {"alpha_low": 0.5, "alpha_high": 0.2, "beta_low": 0.2, "beta_high": 0.3, "gamma": 0.01}
-# Default grid per coefficient, the paper's value in the middle: alphas in steps of 0.1 on the side that
-# keeps alpha_high < alpha_low (GepoConfig refuses the other); betas from 0 (thresholds at the batch mean)
-# to 4x; gamma over two decades (EMA time constants 1000 to 10 steps).
+# Default grid per coefficient of GEPO's sensitivity table, the paper's value in the middle: alphas in steps of 0.1
+# on the side that keeps alpha_high < alpha_low (GepoConfig refuses the other); betas from 0 (thresholds at the
+# batch mean) to 4x; gamma over two decades (EMA time constants 1000 to 10 steps).
 GEPO_DEFAULT_GRID = {
     "alpha_low": (0.3, 0.4, 0.5, 0.6, 0.8),
     "alpha_high": (0.0, 0.1, 0.2, 0.3, 0.4),
@@ -115,6 +113,16 @@ GEPO_DEFAULT_GRID = {
     "gamma": (0.001, 0.003, 0.01, 0.03, 0.1),
 }
 SWEEP_CENTRE_ROW = "paper"
+
+
+def estimator_defaults(estimator: str, names: Sequence[str]) -> dict[str, float]:
+    """The defaults of ``names`` among ``estimator``'s options, read from its options class (the paper's values)."""
+    options = ESTIMATORS[estimator].options(None)
+    return {name: float(getattr(options, name)) for name in names}
+
+
+# The sweep's centre: the paper's values of the coefficients (GepoConfig's defaults, GEPO.md "Defaults").
+GEPO_PAPER = estimator_defaults("gepo", tuple(GEPO_DEFAULT_GRID))
 
 
 @dataclass(frozen=True)
