@@ -12,8 +12,8 @@ each run 3x slower). So at most two heavy things run at once: the first worker t
 time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
 the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
 clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
-(``DEADLINE``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, once no e2e test runs beside
-them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+(``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, in two units side by
+side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -27,14 +27,18 @@ TESTS = REPO_ROOT / "tests"
 FOLDER_MARKERS = {TESTS / "e2e": "e2e", TESTS / "integration": "verl"}
 
 
-# Tests that grade against a deadline: one work unit, run when no e2e run is left beside it (see above).
-DEADLINE = (
-    TESTS / "integration" / "test_doctor_on_cpu.py",
-    TESTS / "integration" / "test_core_without_lab_on_cpu.py",  # the doctor's self-check, twice
-    TESTS / "integration" / "test_reward_in_ray_on_cpu.py",
-    TESTS / "openrlhf",
-    TESTS / "reward",
+# Tests that grade against a deadline, in two work units of about two minutes each (one per worker, side by side:
+# each keeps about one core busy), run when no e2e run is left beside them (see above). As one unit they ran on one
+# worker for ~4 minutes at the end of a CI run while the other had nothing left to do.
+DEADLINE_UNITS = (
+    (TESTS / "reward", TESTS / "openrlhf"),  # the reward's deadlines, and OpenRLHF's reward hook
+    (
+        TESTS / "integration" / "test_doctor_on_cpu.py",
+        TESTS / "integration" / "test_core_without_lab_on_cpu.py",  # the doctor's self-check, twice
+        TESTS / "integration" / "test_reward_in_ray_on_cpu.py",
+    ),
 )
+DEADLINE = tuple(path for unit in DEADLINE_UNITS for path in unit)
 # The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
@@ -104,11 +108,11 @@ def pytest_collection_modifyitems(items):
 
 
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
-# two-node files ("multinode"), the DEADLINE tests ("deadline"), every other test alone. A worker asks for its next
+# two-node files ("multinode"), each of DEADLINE_UNITS ("deadline:<index>"), every other test alone. A worker asks for its next
 # unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
 # is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
-# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE unit comes last, and its tests
-# wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
+# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE units come last, and their
+# tests wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
 # pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
 # hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -117,14 +121,15 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    deadline = prefixes(config.rootpath, DEADLINE)
+    deadline_units = [prefixes(config.rootpath, unit) for unit in DEADLINE_UNITS]
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
 
     class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(deadline):
-                return "deadline"
+            unit = next((index for index, paths in enumerate(deadline_units) if nodeid.startswith(paths)), None)
+            if unit is not None:
+                return f"deadline:{unit}"
             if nodeid.startswith(multinode):
                 return "multinode"
             if nodeid.startswith(e2e):
@@ -135,10 +140,11 @@ def pytest_xdist_make_scheduler(config, log):
             longest = max((scope for scope in self.workqueue if scope.startswith("e2e:")),
                           key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
             fast = next((scope for scope in self.workqueue
-                         if scope not in ("multinode", "deadline") and not scope.startswith("e2e:")), None)
+                         if scope != "multinode" and not scope.startswith(("e2e:", "deadline:"))), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
             preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
-            return next((scope for scope in preferred if scope in self.workqueue), "deadline")
+            deadline = next((scope for scope in self.workqueue if scope.startswith("deadline:")), None)
+            return next(scope for scope in (*preferred, deadline) if scope in self.workqueue)
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
@@ -182,7 +188,7 @@ def e2e_ended_beside():
 @pytest.fixture(autouse=True)
 def wait_for_e2e_beside(request, e2e_ended_beside):
     """The first DEADLINE test of a worker starts once no other worker runs an e2e test (seen so twice, 2 s apart):
-    the DEADLINE unit is the scheduler's last, so no e2e file starts after it."""
+    the DEADLINE units are the scheduler's last, so no e2e file starts after them."""
     if e2e_ended_beside or os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(
             prefixes(request.config.rootpath, DEADLINE)):
         return

@@ -35,7 +35,8 @@ def wheels(tmp_path_factory) -> dict:
     for name, project in (("edge-verl", source), ("edge-verl-lab", source / "lab")):
         sdist = out / _build("build_sdist", project, out)
         with tarfile.open(sdist) as archive:
-            archive.extractall(out / "unpacked", filter="data")
+            # the "data" filter where this Python has it (3.11.4+, 3.12; Debian 12's 3.11.2 does not): our own sdist
+            archive.extractall(out / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             built[f"{name} sdist"] = archive.getnames()
         built[name] = zipfile.ZipFile(out / _build("build_wheel", out / "unpacked" / sdist.name[: -len(".tar.gz")], out))
     return built
