@@ -13,7 +13,8 @@ time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower 
 the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
 clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
 (``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, in two units side by
-side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in one process."""
+side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in
+one process."""
 
 import os
 import time
@@ -108,13 +109,13 @@ def pytest_collection_modifyitems(items):
 
 
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
-# two-node files ("multinode"), each of DEADLINE_UNITS ("deadline:<index>"), every other test alone. A worker asks for its next
-# unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the next one or
-# is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the last (the fast
-# tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE units come last, and their
-# tests wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``) renames node ids, which
-# pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst: xdist's session answers this
-# hook too, and the first answer is the one used.
+# two-node files ("multinode"), each of DEADLINE_UNITS ("deadline:<index>"), every other test alone. A worker asks
+# for its next unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the
+# next one or is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the
+# last (the fast tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE units come
+# last, and their tests wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``)
+# renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst:
+# xdist's session answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":

@@ -234,8 +234,10 @@ class Estimator:
             raise ValueError(f"estimator {self.name}: its options' section is its name (section = {self.name!r}), not {self.config.section!r}")
         if self.state is not None and not self.state_key:
             raise ValueError(f"estimator {self.name}: training state needs a state_key (its key in the checkpoint)")
+        if not all(isinstance(metric, Metric) for metric in self.metrics):
+            raise ValueError(f"estimator {self.name}: metrics must be Metric declarations, each key once; got {self.metrics!r}")
         keys = [self.logged(metric) for metric in self.metrics]
-        if len(set(keys)) != len(keys) or not all(isinstance(metric, Metric) for metric in self.metrics):
+        if len(set(keys)) != len(keys):
             raise ValueError(f"estimator {self.name}: metrics must be Metric declarations, each key once; got {keys}")
 
     def logged(self, metric: Metric) -> str:

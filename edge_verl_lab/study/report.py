@@ -436,9 +436,10 @@ def mechanism_summary(config: StudyConfig, runs: dict, records: dict[str, list[d
     """method -> metric -> {first, last, mean}: over the method's seeds, the mean of the metric at step 1, at
     the last step and over all steps (``mechanism_metrics()`` its runs log at every step)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
+    metrics = mechanism_metrics()
     for method in config.methods:
         names = [name for name in runs if runs[name]["method"] == method]
-        for metric in mechanism_metrics():
+        for metric in metrics:
             series = [[float(row[metric]) for row in trained_steps(records[name]) if row.get(metric) is not None] for name in names]
             if not names or any(len(one) != config.steps for one in series):
                 continue
