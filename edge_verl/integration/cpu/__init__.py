@@ -5,6 +5,8 @@ does nothing unless the process runs with ``EDGE_VERL_CPU=1``: a GPU user import
 below. With the switch on it registers
 - ``platform``: a ``cpu`` platform in verl's PlatformRegistry (gloo collectives, no-op memory calls);
 - ``hf_rollout``: an HF-generate rollout (``rollout.name=hf``) in verl's two rollout registries;
+- ``replay_buffer``: the v1 trainer's look for finished rollouts every 50 ms (verl's 2 s tick was a large share of
+  a CPU step);
 - ``megatron_engine``: hooks on verl's engine constructors; building the Megatron engine applies the
   adaptations megatron-core and mbridge need on a CPU torch (the ``megatron-cpu`` extra).
 ``vllm_worker`` is vLLM's side (a ``vllm.general_plugins`` entry point, same switch): in vLLM's own
@@ -59,6 +61,11 @@ CPU_BACKEND = PatchTable(
             "set_random_seed": ("seed",),
         },
         "verl.workers.engine.fsdp.transformer_impl": {"FSDPEngine.__init__": ("self",)},
+        # replay_buffer: the synchronous v1 trainer looks for its finished rollouts every 50 ms, not every 2 s
+        "verl.trainer.ppo.v1.replay_buffer": {
+            "ReplayBuffer.__init__": ("self", "trainer_mode", "trainer_config", "max_off_policy_threshold",
+                                      "max_off_policy_strategy", "sampler_kwargs", "poll_interval"),
+        },
         # platform, EDGE_VERL_CPU_PEAK_PER_PASS=1: each actor pass reports its own peak
         "verl.workers.engine_workers": {"TrainingWorker.train_batch": ("self", "data"), "TrainingWorker.infer_batch": ("self", "data")},
         # vllm_worker: vLLM's own processes

@@ -35,7 +35,7 @@ def register_cpu_backend() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform, shared_cluster  # platform registers "cpu"
+    from edge_verl.integration.cpu import hf_rollout, megatron_engine, platform, replay_buffer, shared_cluster  # platform registers "cpu"
     from wrapt import register_post_import_hook
 
     platform.patch_init_process_group()
@@ -46,6 +46,7 @@ def register_cpu_backend() -> None:
         register_post_import_hook(platform.patch_peak_per_pass, "verl.workers.engine_workers")
     # Several runs on one Ray cluster (the study's --jobs): TransferQueue's controller per run.
     register_post_import_hook(shared_cluster.patch_transfer_queue, "transfer_queue.interface")
+    register_post_import_hook(replay_buffer.patch_replay_buffer, "verl.trainer.ppo.v1.replay_buffer")
     rollout_base._ROLLOUT_REGISTRY[(hf_rollout.ROLLOUT_NAME, "async")] = f"{hf_rollout.__name__}.HFServerAdapter"
     RolloutReplicaRegistry.register(hf_rollout.ROLLOUT_NAME, lambda: hf_rollout.HFRolloutReplica)
 
