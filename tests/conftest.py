@@ -11,9 +11,10 @@ alone), while three at a time filled the machine and took longer in all than one
 each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
 time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
 the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
-clusters but the CPU), then takes e2e files from the same queue. The tests that grade against a deadline
-(``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook) run last, in two units side by
-side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in
+clusters but the CPU), then takes e2e files from the same queue. The verl tier's files (``FILLER``) wait until no e2e
+file is left to start, so that a worker whose e2e files are done has them to run beside the other's last. The tests
+that grade against a deadline (``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook)
+run last, in two units side by side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in
 one process."""
 
 import os
@@ -40,23 +41,28 @@ DEADLINE_UNITS = (
     ),
 )
 DEADLINE = tuple(path for unit in DEADLINE_UNITS for path in unit)
+# The verl tier's other files (in-process verl, Ray clusters of a few actors; seconds to a minute each): the filler,
+# one work unit per file, handed out once no e2e file is left to start, before the DEADLINE units. Taken with the
+# fast tiers at the start, they left a worker waiting ~2 minutes at the end for the other's last e2e run (CI run 9).
+FILLER = (TESTS / "integration",)
 # The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
 )
 # The e2e files' durations alone here (seconds, rounded; from CI runs, the OpenRLHF file's estimated after it lost
-# three runs), the order the scheduler hands them out in: longest first, so that the two workers end together. A
-# file missing here goes last; a wrong figure costs time, never a result.
+# three runs, the main_ppo and tiled files' after each lost one), the order the scheduler hands them out in: longest
+# first, so that the two workers end together. A file missing here goes last; a wrong figure costs time, never a
+# result.
 E2E_SECONDS = {
     "test_openrlhf_train_ppo_ray_on_cpu.py": 400,
     "test_demo_command_on_cpu.py": 330,
     "test_vllm_rollout_on_cpu.py": 280,
-    "test_main_ppo_on_cpu.py": 270,
     "test_study_on_cpu.py": 210,
-    "test_tiled_head_on_cpu.py": 180,
+    "test_main_ppo_on_cpu.py": 200,
     "test_megatron_on_cpu.py": 175,
     "test_openrlhf_docs_command_on_cpu.py": 170,
+    "test_tiled_head_on_cpu.py": 120,
     "test_gec_controls_on_cpu.py": 105,
     "test_reproduce_on_cpu.py": 105,
     "test_openrlhf_upstream_series_on_cpu.py": 60,
@@ -109,11 +115,13 @@ def pytest_collection_modifyitems(items):
 
 
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
-# two-node files ("multinode"), each of DEADLINE_UNITS ("deadline:<index>"), every other test alone. A worker asks
+# two-node files ("multinode"), each FILLER file ("filler:<file>"), each of DEADLINE_UNITS ("deadline:<index>"),
+# every other test alone. A worker asks
 # for its next unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the
 # next one or is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the
-# last (the fast tiers' home) fast tests first, then the two-node tests, then e2e files; the DEADLINE units come
-# last, and their tests wait for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``)
+# last (the fast tiers' home) fast tests first, then the two-node tests, then e2e files; then both the FILLER files,
+# beside the last e2e runs; the DEADLINE units come last, and their tests wait for the e2e tests still running
+# elsewhere. xdist's own grouping (``--dist loadgroup``)
 # renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst:
 # xdist's session answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -125,6 +133,7 @@ def pytest_xdist_make_scheduler(config, log):
     deadline_units = [prefixes(config.rootpath, unit) for unit in DEADLINE_UNITS]
     multinode = prefixes(config.rootpath, MULTINODE)
     e2e = prefixes(config.rootpath, (TESTS / "e2e",))
+    filler = prefixes(config.rootpath, FILLER)
 
     class TwoHeavyAtMost(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -135,17 +144,19 @@ def pytest_xdist_make_scheduler(config, log):
                 return "multinode"
             if nodeid.startswith(e2e):
                 return "e2e:" + nodeid.split("::")[0]
+            if nodeid.startswith(filler):
+                return "filler:" + nodeid.split("::")[0]
             return nodeid
 
         def _next_scope(self, node) -> str:
             longest = max((scope for scope in self.workqueue if scope.startswith("e2e:")),
                           key=lambda scope: E2E_SECONDS.get(Path(scope).name, 0), default=None)
             fast = next((scope for scope in self.workqueue
-                         if scope != "multinode" and not scope.startswith(("e2e:", "deadline:"))), None)
+                         if scope != "multinode" and not scope.startswith(("e2e:", "deadline:", "filler:"))), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
             preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
-            deadline = next((scope for scope in self.workqueue if scope.startswith("deadline:")), None)
-            return next(scope for scope in (*preferred, deadline) if scope in self.workqueue)
+            later = [next((scope for scope in self.workqueue if scope.startswith(kind)), None) for kind in ("filler:", "deadline:")]
+            return next(scope for scope in (*preferred, *later) if scope in self.workqueue)
 
         def _assign_work_unit(self, node) -> None:
             scope = self._next_scope(node)
