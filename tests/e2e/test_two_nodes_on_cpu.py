@@ -5,7 +5,8 @@ on both nodes, and the driver in the head's namespace, as ``edge-verl demo --ray
 - EDGE (EDA's gradient form + GEC, its three branches reached) 3 steps on two nodes is the same run as on one node
   of two workers: every metric but timing, every sampled response, the final weights.
 - GEPO on two nodes loses node B after step 2's checkpoint: the run ends in bounded time, naming the node; with
-  node B back, the same command resumed gives the run of GEPO trained uninterrupted (on one node of two workers).
+  node B back, the same command resumed gives the run of GEPO trained uninterrupted (on one node of two workers), its
+  thresholds' EMA continuing from the checkpoint's state.
 - The one-node runs of EDGE and GEPO train two at a time on one cluster (the study's way), so each pair also shows
   a run unchanged by another job beside it (tests/e2e/test_study_on_cpu.py trains GRPO and GEPO twice).
 - Node B's raylet starts with none of the plugin's settings: the driver's (``EDGE_VERL_CPU``, a non-default
@@ -151,8 +152,18 @@ def test_a_lost_node_ends_the_run_in_bounded_time_naming_it(runs):
 
 def test_the_resumed_run_after_a_lost_node_is_the_uninterrupted_run(runs):
     folders, _ = runs
-    assert [row["step"] for row in read_rows(folders["gepo_two"] / "metrics.jsonl")] == list(range(1, STEPS + 1))
+    rows = read_rows(folders["gepo_two"] / "metrics.jsonl")
+    assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
     assert run_differences(folders["gepo_two"], folders["gepo_one"]) == []
+    # GEPO's thresholds came back from step 2's checkpoint: step 3's EMA continues from the saved state,
+    # H_3 = (1 - 0.01) * H_2 + 0.01 * candidate_3 (GEPO's default rate), its third update
+    saved = json.loads((folders["gepo_two"] / "checkpoints" / "global_step_2" / "edge_verl_state.json").read_text())["gepo_thresholds"]
+    assert saved["num_updates"] == 2 and saved["h_low"] == pytest.approx(rows[1]["edge_verl/gepo/h_low"], rel=1e-12)
+    step3 = rows[2]
+    for bound in ("low", "high"):
+        expected = 0.99 * saved[f"h_{bound}"] + 0.01 * step3[f"edge_verl/gepo/candidate_h_{bound}"]
+        assert step3[f"edge_verl/gepo/h_{bound}"] == pytest.approx(expected, rel=1e-9), bound
+    assert step3["edge_verl/gepo/ema_updates"] == 3
 
 
 def test_a_node_without_the_plugin_is_refused_at_start_naming_it(tmp_path):
