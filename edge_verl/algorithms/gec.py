@@ -38,10 +38,10 @@ when only all-wrong groups are corrected, ``gec_loss.py`` how the actor trains t
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar, Collection, Iterator, Literal, Mapping, Optional, Sequence
 
-from pydantic import field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edge_verl.config import Options, _check_finite, keyed_rng, option
 
@@ -294,8 +294,7 @@ def decide_correction(
     return Decision(branch, "corrected", fallback=fallback)
 
 
-@dataclass(frozen=True)
-class CorrectionRecord:
+class CorrectionRecord(BaseModel):
     """What GEC did to one response, written by the agent loop and read by the trainer's metrics.
 
     Token counts and positions are tokens of the rollout's tokenizer; times are wall-clock seconds.
@@ -327,41 +326,39 @@ class CorrectionRecord:
     twin_score: placebo_reward=as_gold, a placebo applied: the reward of its gold twin, which the response was
         rewarded with in place of verl's reward loop; None when verl's reward loop scored the final response
         (written either way).
+    pydantic checks each field (the allowed values, bounds, finite numbers, no unknown field); the validator below,
+    what one record cannot hold together.
     """
 
-    branch: Optional[str]
-    reason: str
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    branch: Optional[Literal[BRANCHES]]
+    reason: Literal[REASONS]
     fallback: bool
     original_correct: bool
     original_score: float
-    original_length: int
-    injected_start: int
-    injected_end: int
+    original_length: int = Field(ge=0)
+    injected_start: int = Field(ge=0)
+    injected_end: int = Field(ge=0)
     all_wrong_group: bool
-    prompt_length: int
-    sample_seconds: float
-    correction_seconds: float
+    prompt_length: int = Field(ge=0)
+    sample_seconds: float = Field(ge=0)
+    correction_seconds: float = Field(ge=0)
     continuation_tokens: Optional[int] = None
     continuation_budget: Optional[int] = None
     continuation_requested: Optional[int] = None
     placebo_index: Optional[int] = None
     twin_score: Optional[float] = None
 
-    def __post_init__(self) -> None:
-        if self.branch is not None and self.branch not in BRANCHES:
-            raise ValueError(f"CorrectionRecord: branch={self.branch!r}; allowed: None or one of {BRANCHES}.")
-        if self.reason not in REASONS:
-            raise ValueError(f"CorrectionRecord: reason={self.reason!r}; allowed: {REASONS}.")
+    @model_validator(mode="after")
+    def _one_record_can_happen(self) -> "CorrectionRecord":
         if (self.branch is not None) != (self.reason == "corrected"):
             raise ValueError(
                 f"CorrectionRecord: branch={self.branch!r} with reason={self.reason!r}; a branch is set exactly "
                 "when the reason is 'corrected'."
             )
-        for name in ("original_length", "prompt_length", "sample_seconds", "correction_seconds"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"CorrectionRecord: {name}={getattr(self, name)!r} must be >= 0.")
         span = (self.injected_start, self.injected_end)
-        if not 0 <= span[0] <= span[1]:
+        if span[0] > span[1]:
             raise ValueError(f"CorrectionRecord: injected span [{span[0]}, {span[1]}) needs 0 <= start <= end.")
         if self.branch is None and span != (0, 0):
             raise ValueError(
@@ -390,15 +387,17 @@ class CorrectionRecord:
                 f"CorrectionRecord: twin_score={self.twin_score!r} without a placebo; only a placebo response is "
                 "rewarded as its gold twin (None otherwise)."
             )
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name, as plain builtins (for verl's extra_fields)."""
-        return asdict(self)
+        return self.model_dump()
 
     @classmethod
     def from_dict(cls, info: Mapping[str, Any]) -> "CorrectionRecord":
-        """The record ``to_dict`` wrote; a missing or unknown key raises ValueError naming it."""
-        expected = {field.name for field in fields(cls)}
+        """The record ``to_dict`` wrote; a missing or unknown key raises ValueError naming it (an Optional field's
+        key included: every key is always written)."""
+        expected = set(cls.model_fields)
         missing = sorted(expected - set(info))
         unknown = sorted(map(str, set(info) - expected))
         if missing or unknown:

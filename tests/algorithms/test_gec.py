@@ -210,7 +210,7 @@ def test_the_record_round_trips_through_plain_builtins():
         assert json.loads(json.dumps(info)) == info == pickle.loads(pickle.dumps(info))
         record = CorrectionRecord.from_dict(info)
         assert record.to_dict() == info and CorrectionRecord.from_dict(record.to_dict()) == record
-    assert set(_record()) == {field for field in CorrectionRecord.__dataclass_fields__}
+    assert set(_record()) == set(CorrectionRecord.model_fields)
     assert _record()["continuation_tokens"] is None  # written even when not a regeneration
     assert _record()["placebo_index"] is None  # written even with answer_source=gold
     assert _record()["twin_score"] is None  # written even when verl's reward loop scores the response
@@ -232,12 +232,14 @@ def test_from_dict_names_a_missing_and_an_unknown_key():
 @pytest.mark.parametrize(
     "fields, message",
     [
-        (dict(branch="regen", reason="corrected"), "branch='regen'; allowed: None or one of"),
-        (dict(reason="corect"), "reason='corect'; allowed"),
+        # each field alone (pydantic: the allowed values, bounds, finite numbers, no unknown field)
+        (dict(branch="regen", reason="corrected"), r"branch\n  Input should be 'regenerate', 'inject_answer' or 'replace_solution'"),
+        (dict(reason="corect"), r"reason\n  Input should be 'correct', "),
+        # what one record cannot hold together (its validator), then more single fields
         (dict(reason="corrected"), "a branch is set exactly when the reason is 'corrected'"),
         (dict(branch=INJECT_ANSWER, reason="correct"), "a branch is set exactly when"),
         (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=3, injected_end=2), r"\[3, 2\) needs 0 <= start <= end"),
-        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=-1, injected_end=2), "needs 0 <= start"),
+        (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=-1, injected_end=2), r"injected_start\n  Input should be greater than or equal to 0"),
         (dict(injected_start=0, injected_end=2), "on an uncorrected response"),
         (dict(branch=REGENERATE, reason="corrected"), "of a regeneration needs 0 <= tokens <= budget <= requested"),
         (dict(branch=REGENERATE, reason="corrected", continuation_tokens=5, continuation_budget=4, continuation_requested=8), "tokens <= budget"),
@@ -250,8 +252,10 @@ def test_from_dict_names_a_missing_and_an_unknown_key():
         (dict(reason="no_placebo", original_correct=False, placebo_index=2), "on branch None"),
         (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=0, injected_end=2, placebo_index=-1), "placebo_index=-1"),
         (dict(branch=INJECT_ANSWER, reason="corrected", injected_start=0, injected_end=2, twin_score=1.0), "twin_score=1.0 without a placebo"),
-        (dict(original_length=-1), "original_length=-1 must be >= 0"),
-        (dict(sample_seconds=-0.5), "sample_seconds=-0.5 must be >= 0"),
+        (dict(original_length=-1), r"original_length\n  Input should be greater than or equal to 0"),
+        (dict(sample_seconds=-0.5), r"sample_seconds\n  Input should be greater than or equal to 0"),
+        (dict(original_score=float("nan")), r"original_score\n  Input should be a finite number"),
+        (dict(branches=None), r"branches\n  Extra inputs are not permitted"),
     ],
 )
 def test_a_record_that_cannot_happen_is_refused(fields, message):
