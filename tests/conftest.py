@@ -8,14 +8,16 @@ Two workers (pytest-xdist, ``-n 2`` in pyproject.toml's addopts, scheduler below
 single-process start-ups (driver, Ray, TaskRunner, workers, each importing verl for ~7-10 s): alone it keeps about
 one of the two cores busy, so two runs at a time take ~1.3x as long each (two demo runs: 114 and 122 s against 91 s
 alone), while three at a time filled the machine and took longer in all than one after another (CPU at 95-100 %,
-each run 3x slower). So at most two heavy things run at once: the first worker takes the e2e files, one file at a
-time, longest first (``E2E_SECONDS``); the other runs the fast tiers at a lower priority (``BESIDE_NICENESS``), then
-the two-node tests (``MULTINODE``: a cluster of network namespaces of their own, which shares nothing with the local
-clusters but the CPU), then takes e2e files from the same queue. The verl tier's files (``FILLER``) wait until no e2e
-file is left to start, so that a worker whose e2e files are done has them to run beside the other's last. The tests
-that grade against a deadline (``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's reward hook)
-run last, in two units side by side, once no e2e test runs beside them (``wait_for_e2e_beside``). ``-p no:xdist`` or ``-n 0`` runs everything in
-one process."""
+each run 3x slower). So at most two heavy things run at once, and the two-node tests, which train two runs at a
+time themselves, run beside light ones: the first worker takes the two-node tests first (``MULTINODE``: a cluster
+of network namespaces of their own, which shares nothing with the local clusters but the CPU), while the other runs
+the fast tiers at a lower priority (``BESIDE_NICENESS``); then both take the e2e files from one queue, one file at
+a time, longest first (``E2E_SECONDS``). In CI run 10 the two-node tests came after the fast tiers, beside the
+README demo's run: 815 s and 605 s, against 745 s and 503 s in run 9. The verl tier's files (``FILLER``) wait until
+no e2e file is left to start, so that a worker whose e2e files are done has them to run beside the other's last.
+The tests that grade against a deadline (``DEADLINE_UNITS``: the doctor's self-check, tests/reward/, OpenRLHF's
+reward hook) run last, in two units side by side, once no e2e test runs beside them (``wait_for_e2e_beside``).
+``-p no:xdist`` or ``-n 0`` runs everything in one process."""
 
 import os
 import time
@@ -45,7 +47,7 @@ DEADLINE = tuple(path for unit in DEADLINE_UNITS for path in unit)
 # one work unit per file, handed out once no e2e file is left to start, before the DEADLINE units. Taken with the
 # fast tiers at the start, they left a worker waiting ~2 minutes at the end for the other's last e2e run (CI run 9).
 FILLER = (TESTS / "integration",)
-# The two-node tests (tests/e2e/two_nodes.py): one work unit, beside the e2e files.
+# The two-node tests (tests/e2e/two_nodes.py): one work unit, the first worker's first.
 MULTINODE = (
     TESTS / "e2e" / "test_two_nodes_on_cpu.py",
     TESTS / "e2e" / "test_openrlhf_two_nodes_on_cpu.py",
@@ -116,12 +118,11 @@ def pytest_collection_modifyitems(items):
 
 # The scheduler (see the module's docstring). Work units: each e2e file but the two-node ones ("e2e:<file>"), the
 # two-node files ("multinode"), each FILLER file ("filler:<file>"), each of DEADLINE_UNITS ("deadline:<index>"),
-# every other test alone. A worker asks
-# for its next unit while its last two tests are still queued (xdist runs a worker's last test only once it knows the
-# next one or is told to stop), and the unit it gets is chosen for it: the first worker takes e2e files first, the
-# last (the fast tiers' home) fast tests first, then the two-node tests, then e2e files; then both the FILLER files,
-# beside the last e2e runs; the DEADLINE units come last, and their tests wait for the e2e tests still running
-# elsewhere. xdist's own grouping (``--dist loadgroup``)
+# every other test alone. A worker asks for its next unit while its last two tests are still queued (xdist runs a
+# worker's last test only once it knows the next one or is told to stop), and the unit it gets is chosen for it: the
+# first worker takes the two-node tests first, then e2e files; the last (the fast tiers' home) fast tests first, then
+# e2e files; then both the FILLER files, beside the last e2e runs; the DEADLINE units come last, and their tests wait
+# for the e2e tests still running elsewhere. xdist's own grouping (``--dist loadgroup``)
 # renames node ids, which pytest 9.2 no longer lets a plugin do, so the grouping is this scheduler's. tryfirst:
 # xdist's session answers this hook too, and the first answer is the one used.
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -154,7 +155,7 @@ def pytest_xdist_make_scheduler(config, log):
             fast = next((scope for scope in self.workqueue
                          if scope != "multinode" and not scope.startswith(("e2e:", "deadline:", "filler:"))), None)
             fast_tiers_home = len(self.nodes) > 1 and node is max(self.nodes, key=lambda other: other.gateway.id)
-            preferred = (fast, "multinode", longest) if fast_tiers_home else (longest, fast, "multinode")
+            preferred = (fast, longest, "multinode") if fast_tiers_home else ("multinode", longest, fast)
             later = [next((scope for scope in self.workqueue if scope.startswith(kind)), None) for kind in ("filler:", "deadline:")]
             return next(scope for scope in (*preferred, *later) if scope in self.workqueue)
 
