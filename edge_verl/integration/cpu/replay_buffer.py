@@ -24,7 +24,7 @@ def patch_replay_buffer(module: ModuleType) -> None:
 
     def make(original):
         def __init__(self, trainer_mode, *args, **kwargs):
-            if trainer_mode == "sync" and len(args) < 5:  # the 5th parameter after trainer_mode
+            if trainer_mode == "sync" and len(args) < 5:  # poll_interval: the 5th parameter after trainer_mode
                 kwargs.setdefault("poll_interval", POLL_S)
             original(self, trainer_mode, *args, **kwargs)
 
